@@ -1,0 +1,242 @@
+//! Generation as a per-sequence state machine over the batched forward: a [`Sequence`] says what
+//! it needs fed next (a prompt chunk or its last token) and turns the logits it gets back into a
+//! token, text and, eventually, a finish reason. [`run_to_completion`] drives a set of them with
+//! chunked prefill; the server's continuous-batching scheduler drives the same state machine.
+
+use crate::error::EngineError;
+use crate::model::{KvCache, Model, SeqCache, SeqStep};
+use crate::sampling::{Sampler, SamplingParams};
+use crate::stop::StopMatcher;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use serde::Serialize;
+
+/// What to generate for one prompt.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Prompt token ids (already templated and tokenized).
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Sampling settings.
+    pub sampling: SamplingParams,
+    /// Stop strings (not included in the output).
+    pub stop: Vec<String>,
+    /// Keep going past EOS / end-of-turn tokens (benchmarks want fixed lengths).
+    pub ignore_eos: bool,
+}
+
+/// Why a sequence ended (OpenAI's `finish_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or the context length.
+    Length,
+}
+
+impl FinishReason {
+    /// OpenAI's string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
+/// One generated token and the text it released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delta {
+    /// The sampled id.
+    pub token: u32,
+    /// Text that is now safe to show (may be empty while UTF-8 or a stop string is pending).
+    pub text: String,
+    /// Set on the sequence's last delta.
+    pub finish: Option<FinishReason>,
+}
+
+/// A sequence being generated.
+#[derive(Debug)]
+pub struct Sequence {
+    /// Its KV cache.
+    pub cache: SeqCache,
+    prompt: Vec<u32>,
+    prefilled: usize,
+    generated: Vec<u32>,
+    max_tokens: usize,
+    context_length: usize,
+    ignore_eos: bool,
+    sampler: Sampler,
+    stops: StopMatcher,
+    detok: StreamDecoder,
+    finish: Option<FinishReason>,
+}
+
+impl Sequence {
+    /// Validates `req` against the model's context and starts a sequence.
+    pub fn new(req: GenerateRequest, context_length: usize) -> Result<Self, EngineError> {
+        if req.prompt.is_empty() {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if req.prompt.len() >= context_length {
+            return Err(EngineError::ContextOverflow { prompt: req.prompt.len(), context: context_length });
+        }
+        req.sampling.validate().map_err(EngineError::InvalidRequest)?;
+        Ok(Sequence {
+            cache: SeqCache::new(),
+            prefilled: 0,
+            generated: Vec::new(),
+            max_tokens: req.max_tokens,
+            context_length,
+            ignore_eos: req.ignore_eos,
+            sampler: Sampler::new(req.sampling),
+            stops: StopMatcher::new(req.stop),
+            detok: StreamDecoder::new(),
+            finish: if req.max_tokens == 0 { Some(FinishReason::Length) } else { None },
+            prompt: req.prompt,
+        })
+    }
+
+    /// Prompt length.
+    pub fn prompt_len(&self) -> usize {
+        self.prompt.len()
+    }
+    /// Tokens generated so far.
+    pub fn generated(&self) -> &[u32] {
+        &self.generated
+    }
+    /// Set once the sequence is done.
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish
+    }
+    /// Whether prompt tokens remain to be prefilled.
+    pub fn in_prefill(&self) -> bool {
+        self.prefilled < self.prompt.len()
+    }
+    /// Prompt tokens not yet in the cache.
+    pub fn remaining_prefill(&self) -> usize {
+        self.prompt.len() - self.prefilled
+    }
+
+    /// The tokens to feed next, at most `budget` of them (≥ 1), and whether the step must
+    /// return logits for this sequence (only after the prompt's last token, or when decoding).
+    pub fn next_input(&self, budget: usize) -> (&[u32], bool) {
+        if self.in_prefill() {
+            let end = (self.prefilled + budget.max(1)).min(self.prompt.len());
+            (&self.prompt[self.prefilled..end], end == self.prompt.len())
+        } else {
+            let last = self.generated.len() - 1;
+            (&self.generated[last..], true)
+        }
+    }
+
+    /// Records that `fed` tokens went through a step, and samples from `logits` if given.
+    pub fn after_step(&mut self, fed: usize, logits: Option<&[f32]>, tokenizer: &Tokenizer) -> Option<Delta> {
+        if self.in_prefill() {
+            self.prefilled += fed;
+        }
+        let logits = logits?;
+        let token = self.sampler.sample(logits);
+        self.generated.push(token);
+        let (mut text, finish, release_held) = if !self.ignore_eos && tokenizer.stop_ids().contains(&token) {
+            (String::new(), Some(FinishReason::Stop), true)
+        } else {
+            let piece = self.detok.push(tokenizer, token);
+            let out = self.stops.push(&piece);
+            if out.stopped {
+                // Whatever follows a stop string is discarded with it.
+                (out.text, Some(FinishReason::Stop), false)
+            } else if self.generated.len() >= self.max_tokens
+                || self.prompt.len() + self.generated.len() >= self.context_length
+            {
+                (out.text, Some(FinishReason::Length), true)
+            } else {
+                (out.text, None, false)
+            }
+        };
+        if release_held {
+            // Text held for an incomplete UTF-8 character or a stop-string prefix that never
+            // completed is real output: release it with the last delta.
+            let tail = self.detok.finish();
+            let out = self.stops.push(&tail);
+            text.push_str(&out.text);
+            if !out.stopped {
+                text.push_str(&self.stops.flush());
+            }
+        }
+        self.finish = finish;
+        Some(Delta { token, text, finish })
+    }
+}
+
+/// Timings of a [`run_to_completion`] call.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct RunStats {
+    /// Prompt tokens processed.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub generated_tokens: usize,
+    /// Seconds spent in steps that only prefilled.
+    pub prefill_seconds: f64,
+    /// Seconds spent in steps that decoded.
+    pub decode_seconds: f64,
+}
+
+/// Generates every sequence to completion: each step feeds every unfinished sequence (a prompt
+/// chunk of at most `prefill_chunk` tokens, or one decode token), frees finished sequences'
+/// KV blocks, and reports each delta to `on_delta(sequence index, delta)`.
+pub fn run_to_completion(
+    model: &Model,
+    tokenizer: &Tokenizer,
+    kv: &mut KvCache,
+    seqs: &mut [Sequence],
+    prefill_chunk: usize,
+    mut on_delta: impl FnMut(usize, &Delta),
+) -> Result<RunStats, EngineError> {
+    let mut stats = RunStats { prompt_tokens: seqs.iter().map(Sequence::prompt_len).sum(), ..Default::default() };
+    loop {
+        let active: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].finish.is_none()).collect();
+        if active.is_empty() {
+            return Ok(stats);
+        }
+        let prefill_only = active.iter().all(|&i| seqs[i].in_prefill());
+        let started = std::time::Instant::now();
+        // Feed lengths and logits flags first, then borrow the caches mutably for the step.
+        let inputs: Vec<(Vec<u32>, bool)> = active
+            .iter()
+            .map(|&i| {
+                let (t, l) = seqs[i].next_input(prefill_chunk);
+                (t.to_vec(), l)
+            })
+            .collect();
+        let mut caches: Vec<SeqCache> = active.iter().map(|&i| std::mem::take(&mut seqs[i].cache)).collect();
+        let result = {
+            let mut steps: Vec<SeqStep<'_>> = caches
+                .iter_mut()
+                .zip(&inputs)
+                .map(|(cache, (tokens, logits))| SeqStep { cache, tokens, logits: *logits })
+                .collect();
+            model.forward(kv, &mut steps)
+        };
+        for (&i, cache) in active.iter().zip(caches) {
+            seqs[i].cache = cache;
+        }
+        let logits = result?;
+        let elapsed = started.elapsed().as_secs_f64();
+        if prefill_only {
+            stats.prefill_seconds += elapsed;
+        } else {
+            stats.decode_seconds += elapsed;
+        }
+        for ((&i, (tokens, _)), l) in active.iter().zip(&inputs).zip(logits) {
+            if let Some(delta) = seqs[i].after_step(tokens.len(), l.as_deref(), tokenizer) {
+                stats.generated_tokens += 1;
+                on_delta(i, &delta);
+            }
+            if seqs[i].finish.is_some() {
+                kv.release(&mut seqs[i].cache);
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Element-wise and reduction f32 operations of the transformer block, written so the compiler
+//! vectorizes them (fixed-width accumulator lanes, `mul_add`).
+
+/// Accumulator lanes: two AVX2 vectors, enough independent chains to hide FMA latency.
+const LANES: usize = 16;
+
+/// Dot product of two equal-length slices.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..LANES {
+            acc[j] = x[j].mul_add(y[j], acc[j]);
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s = x.mul_add(*y, s);
+    }
+    s
+}
+
+/// `y += a · x`.
+#[inline]
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = a.mul_add(*x, *y);
+    }
+}
+
+/// `x += y`.
+pub fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (x, y) in x.iter_mut().zip(y) {
+        *x += y;
+    }
+}
+
+/// RMSNorm of each `weight.len()`-wide row of `x` into `out`: `x / sqrt(mean(x²) + eps) · w`.
+/// The mean is accumulated in f64, as GGML does, so long rows lose no precision.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let d = weight.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let ss: f64 = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let scale = (1.0 / (ss / d as f64 + f64::from(eps)).sqrt()) as f32;
+        for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
+            *o = v * scale * w;
+        }
+    }
+}
+
+/// Rotary embedding of one head in place, rotating adjacent pairs `(x[2i], x[2i+1])` by the
+/// angles whose cosines and sines are given (GGML's "norm" RoPE used by llama GGUFs, whose q/k
+/// weights the converter permuted for exactly this pairing).
+pub fn rope_in_place(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    for ((pair, &c), &s) in x.chunks_exact_mut(2).zip(cos).zip(sin) {
+        let (a, b) = (pair[0], pair[1]);
+        pair[0] = a * c - b * s;
+        pair[1] = a * s + b * c;
+    }
+}
+
+/// SwiGLU: `out[i] = silu(gate[i]) · up[i]`.
+pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + (-g).exp()) * u;
+    }
+}
+
+/// Softmax in place; returns nothing, leaves probabilities summing to one.
+pub fn softmax_in_place(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_handles_remainders() {
+        let a: Vec<f32> = (0..37).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.5).collect();
+        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - want).abs() < 1e-3);
+    }
+
+    #[test]
+    fn rms_norm_gives_unit_rms() {
+        let x = [3.0f32, -4.0, 0.0, 0.0];
+        let mut out = [0f32; 4];
+        rms_norm(&x, &[1.0; 4], 0.0, &mut out);
+        let rms = (out.iter().map(|v| v * v).sum::<f32>() / 4.0).sqrt();
+        assert!((rms - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn rope_rotates_pairs() {
+        let mut x = [1.0f32, 0.0, 0.0, 1.0];
+        let half = std::f32::consts::FRAC_PI_2;
+        rope_in_place(&mut x, &[half.cos(), 1.0], &[half.sin(), 0.0]);
+        assert!((x[0]).abs() < 1e-6 && (x[1] - 1.0).abs() < 1e-6);
+        assert_eq!(&x[2..], &[0.0, 1.0]);
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = [1.0f32, 2.0, 3.0, 1000.0];
+        softmax_in_place(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(x[3] > 0.99);
+    }
+}

@@ -1,0 +1,50 @@
+//! CPU compute kernels for the batched forward: weight matrices in the formats the tiers use
+//! (`f32`, `q8_0`, `q4_0`, `q4_1`), activation quantization, and the row-tiled matmul that reads
+//! each weight block once per step and applies it to every activation row of the batch.
+//!
+//! Why not candle's `QMatMul`: it computes every output as one dot product per activation row,
+//! so a batch of B rows streams the weights B times, which is what caps batched decode. Here the
+//! weight block is loaded (and for 4-bit formats unpacked) once and multiplied with a tile of
+//! activation rows held in cache. Large f32 products go to candle's `gemm`-backed matmul.
+
+mod f32_ops;
+mod matmul;
+mod quant;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use f32_ops::{add_in_place, axpy, dot, rms_norm, rope_in_place, silu_mul, softmax_in_place};
+pub use matmul::matmul;
+pub use quant::{Format, QActivations, Weight, quantize_activations};
+
+/// Number of values per quantization block for every block format used here.
+pub const BLOCK: usize = 32;
+
+/// Which instruction set the quantized kernels use on this CPU, detected once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust loops.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+}
+
+/// The best kernel set this CPU supports. `PACER_KERNELS=scalar` forces the portable path
+/// (useful to compare, and to test the scalar kernels on an AVX2 machine).
+pub fn isa() -> Isa {
+    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        if std::env::var("PACER_KERNELS").is_ok_and(|v| v == "scalar") {
+            return Isa::Scalar;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            return Isa::Avx2;
+        }
+        Isa::Scalar
+    })
+}

@@ -1,0 +1,190 @@
+//! AVX2 quantized matmul kernels (x86-64 with AVX2, FMA and F16C, detected at run time).
+//!
+//! For each weight block the kernel loads (and for 4-bit formats unpacks) the 32 weights once,
+//! then multiplies them with the same block of up to [`TILE`] activation rows: `maddubs` forms
+//! u8×i8 pair sums, `madd` widens to i32, and one FMA per row applies the two block scales.
+//! 4-bit weights are used unsigned (0..15) and the offset (`-8·d` or the stored minimum) is
+//! applied once per block through the activation block's precomputed `d·Σa`.
+#![allow(unsafe_code)]
+
+use super::BLOCK;
+use super::quant::{Format, QActivations, Weight};
+use std::arch::x86_64::*;
+
+/// Activation rows multiplied per loaded weight block. Four keeps accumulators, the weight
+/// vector and temporaries within the 16 AVX2 registers.
+const TILE: usize = 4;
+
+/// Computes weight rows `rows` against every row of `qa` into `local[r_local * m + i]`.
+pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
+    let nb = w.cols() / BLOCK;
+    let m = qa.rows;
+    // These bounds make every pointer offset below in range: a weight row is `nb` blocks of
+    // `block_bytes`, activation row i spans q[i*nb*32 ..], d/s[i*nb ..] for nb blocks.
+    assert!(qa.cols == w.cols() && qa.q.len() == m * nb * BLOCK && qa.d.len() == m * nb);
+    assert!(qa.s.len() == m * nb && rows.end <= w.rows() && local.len() >= rows.len() * m);
+    assert!(super::isa() == super::Isa::Avx2, "AVX2 kernels need AVX2, FMA and F16C");
+    // SAFETY: `isa()` returns Avx2 only after run-time detection of avx2, fma and f16c.
+    unsafe { rows_avx2(w, rows, qa, local) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
+    let m = qa.rows;
+    let row_bytes = w.row_bytes();
+    for (li, r) in rows.enumerate() {
+        let wrow = &w.blocks()[r * row_bytes..(r + 1) * row_bytes];
+        let mut i = 0;
+        while i < m {
+            let t = (m - i).min(TILE);
+            let mut res = [0f32; TILE];
+            match (w.format(), t) {
+                (Format::Q8_0, 4) => tile_q8::<4>(wrow, qa, i, &mut res),
+                (Format::Q8_0, 3) => tile_q8::<3>(wrow, qa, i, &mut res),
+                (Format::Q8_0, 2) => tile_q8::<2>(wrow, qa, i, &mut res),
+                (Format::Q8_0, _) => tile_q8::<1>(wrow, qa, i, &mut res),
+                (Format::Q4_0, 4) => tile_q4::<4, false>(wrow, qa, i, &mut res),
+                (Format::Q4_0, 3) => tile_q4::<3, false>(wrow, qa, i, &mut res),
+                (Format::Q4_0, 2) => tile_q4::<2, false>(wrow, qa, i, &mut res),
+                (Format::Q4_0, _) => tile_q4::<1, false>(wrow, qa, i, &mut res),
+                (Format::Q4_1, 4) => tile_q4::<4, true>(wrow, qa, i, &mut res),
+                (Format::Q4_1, 3) => tile_q4::<3, true>(wrow, qa, i, &mut res),
+                (Format::Q4_1, 2) => tile_q4::<2, true>(wrow, qa, i, &mut res),
+                (Format::Q4_1, _) => tile_q4::<1, true>(wrow, qa, i, &mut res),
+                (Format::F32, _) => unreachable!("f32 weights take the float path"),
+            }
+            local[li * m + i..li * m + i + t].copy_from_slice(&res[..t]);
+            i += t;
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_to_f32(p: *const u8) -> f32 {
+    // SAFETY: callers pass a pointer to the 2-byte scale at the start of a block in bounds.
+    let bits = unsafe { p.cast::<u16>().read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+}
+
+/// `T` activation rows from `i0` against one q8_0 weight row.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_q8<const T: usize>(wrow: &[u8], qa: &QActivations, i0: usize, out: &mut [f32; TILE]) {
+    let nb = qa.cols / BLOCK;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        // SAFETY: block b of the row is bytes [b*34, b*34+34) of `wrow` (asserted row length);
+        // activation block (i0+t, b) is in bounds of q/d for t < T ≤ m - i0.
+        unsafe {
+            let blk = wrow.as_ptr().add(b * 34);
+            let dw = f16_to_f32(blk);
+            let wv = _mm256_loadu_si256(blk.add(2).cast());
+            // maddubs wants u8 × i8: move the weight's sign onto the activation.
+            let wabs = _mm256_sign_epi8(wv, wv);
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let idx = (i0 + t) * nb + b;
+                let av = _mm256_loadu_si256(qa.q.as_ptr().add(idx * BLOCK).cast());
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, wv)), ones);
+                let scale = _mm256_set1_ps(dw * *qa.d.get_unchecked(idx));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, *acc);
+            }
+        }
+    }
+    for t in 0..T {
+        out[t] = hsum(acc[t]);
+    }
+}
+
+/// `T` activation rows from `i0` against one q4_0 (`MIN = false`) or q4_1 weight row.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_q4<const T: usize, const MIN: bool>(wrow: &[u8], qa: &QActivations, i0: usize, out: &mut [f32; TILE]) {
+    let nb = qa.cols / BLOCK;
+    let (bb, qs_at) = if MIN { (20, 4) } else { (18, 2) };
+    let ones = _mm256_set1_epi16(1);
+    let low = _mm_set1_epi8(0x0f);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut offset = [0f32; T];
+    for b in 0..nb {
+        // SAFETY: as in `tile_q8`, with 18- or 20-byte blocks.
+        unsafe {
+            let blk = wrow.as_ptr().add(b * bb);
+            let dw = f16_to_f32(blk);
+            let mw = if MIN { f16_to_f32(blk.add(2)) } else { -8.0 * dw };
+            let packed = _mm_loadu_si128(blk.add(qs_at).cast());
+            let lo = _mm_and_si128(packed, low);
+            let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low);
+            let wv = _mm256_set_m128i(hi, lo);
+            for t in 0..T {
+                let idx = (i0 + t) * nb + b;
+                let av = _mm256_loadu_si256(qa.q.as_ptr().add(idx * BLOCK).cast());
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av), ones);
+                let scale = _mm256_set1_ps(dw * *qa.d.get_unchecked(idx));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[t]);
+                offset[t] += mw * *qa.s.get_unchecked(idx);
+            }
+        }
+    }
+    for t in 0..T {
+        out[t] = hsum(acc[t]) + offset[t];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::quant::quantize_activations;
+    use super::super::{Isa, isa, scalar};
+    use super::*;
+
+    fn random_blocks(format: Format, rows: usize, cols: usize, seed: u64) -> Weight {
+        let mut state = seed;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        let bb = format.block_bytes();
+        let mut bytes = vec![0u8; rows * cols / BLOCK * bb];
+        for blk in bytes.chunks_exact_mut(bb) {
+            for b in blk.iter_mut() {
+                *b = next() as u8;
+            }
+            // Keep scales finite and modest: overwrite the f16 fields.
+            let d = half::f16::from_f32((next() % 1000) as f32 / 50_000.0);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            if format == Format::Q4_1 {
+                let m = half::f16::from_f32(-((next() % 1000) as f32) / 20_000.0);
+                blk[2..4].copy_from_slice(&m.to_le_bytes());
+            }
+        }
+        Weight::from_blocks(format, rows, cols, bytes)
+    }
+
+    #[test]
+    fn avx2_matches_scalar_for_every_format_and_tile_remainder() {
+        if isa() != Isa::Avx2 {
+            eprintln!("no AVX2 on this CPU: the scalar kernels are the only path here");
+            return;
+        }
+        let (rows, cols) = (7, 96);
+        for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1] {
+            let w = random_blocks(format, rows, cols, 42);
+            for m in 1..=9 {
+                let x: Vec<f32> = (0..m * cols).map(|i| ((i * 7919 % 251) as f32 - 125.0) / 37.0).collect();
+                let qa = quantize_activations(&x, m, cols);
+                let mut a = vec![0f32; rows * m];
+                let mut b = vec![0f32; rows * m];
+                quantized_rows(&w, 0..rows, &qa, &mut a);
+                scalar::quantized_rows(&w, 0..rows, &qa, &mut b);
+                for (x, y) in a.iter().zip(&b) {
+                    assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{format:?} m={m}: {x} vs {y}");
+                }
+            }
+        }
+    }
+}

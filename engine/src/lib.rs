@@ -1,0 +1,72 @@
+//! Pacer's LLM engine: llama-family GGUF models on candle with batched CPU kernels.
+//!
+//! - [`model`]: GGUF loading at a quantization [`Tier`], the batched forward over sequences at
+//!   different positions, and the paged KV cache.
+//! - [`kernels`]: the quantized and f32 compute kernels the forward runs on.
+//! - [`tokenizer`], [`chat`], [`sampling`], [`stop`]: text in and out.
+//! - [`generate`]: the per-sequence generation state machine and a simple batch driver.
+#![deny(unsafe_code)]
+
+pub mod bench;
+pub mod chat;
+pub mod error;
+pub mod generate;
+pub mod kernels;
+pub mod model;
+pub mod sampling;
+pub mod stop;
+pub mod threads;
+pub mod tokenizer;
+
+pub use error::EngineError;
+pub use model::{Model, Tier};
+pub use tokenizer::Tokenizer;
+
+use std::path::{Path, PathBuf};
+
+/// File name of the default model in Pacer's cache (`scripts/fetch-model.sh` puts it there).
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where `scripts/fetch-model.sh` caches the default model: `$PACER_CACHE/models/…`, else
+/// `$XDG_CACHE_HOME/pacer/models/…`, else `~/.cache/pacer/models/…`.
+pub fn default_model_path() -> Option<PathBuf> {
+    let cache = std::env::var_os("PACER_CACHE").map(PathBuf::from).or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(|x| PathBuf::from(x).join("pacer"))
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pacer")))
+    })?;
+    Some(cache.join("models").join(DEFAULT_MODEL_FILE))
+}
+
+/// A model with its tokenizer and chat template, read from one GGUF file.
+#[derive(Debug)]
+pub struct LoadedModel {
+    /// Weights and forward.
+    pub model: Model,
+    /// Tokenizer from the same file.
+    pub tokenizer: Tokenizer,
+    /// Chat template, when the file has one.
+    pub chat_template: Option<chat::ChatTemplate>,
+}
+
+impl LoadedModel {
+    /// Reads `path` once and builds model, tokenizer and chat template.
+    pub fn open(path: &Path, tier: Tier) -> Result<Self, EngineError> {
+        let (content, mut reader) = model::read_content(path)?;
+        let tokenizer = Tokenizer::from_gguf(&content)?;
+        let model = Model::from_gguf(path, &content, &mut reader, tier)?;
+        if tokenizer.vocab_size() != model.config.vocab_size {
+            return Err(EngineError::Model(format!(
+                "tokenizer has {} tokens but the embedding has {} rows",
+                tokenizer.vocab_size(),
+                model.config.vocab_size
+            )));
+        }
+        let name = |id: Option<u32>| id.and_then(|i| tokenizer.token(i)).unwrap_or_default().to_string();
+        let chat_template = tokenizer
+            .chat_template()
+            .map(|src| chat::ChatTemplate::new(src, &name(tokenizer.bos()), &name(tokenizer.eos())))
+            .transpose()?;
+        Ok(LoadedModel { model, tokenizer, chat_template })
+    }
+}

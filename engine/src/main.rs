@@ -1,0 +1,314 @@
+//! `pacer-engine`: run a llama-family GGUF model on CPU.
+//!
+//! - `generate`: stream a completion (or a chat reply) to stdout, with prefill/decode timings.
+//! - `info`: print the model's metadata, sizes and available tiers.
+//! - `bench`: measure prefill and batched decode throughput at one tier.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pacer_engine::bench::{self, BenchPlan};
+use pacer_engine::chat::ChatMessage;
+use pacer_engine::generate::{GenerateRequest, Sequence, run_to_completion};
+use pacer_engine::model::{BLOCK_TOKENS, KvCache, Model, read_content};
+use pacer_engine::sampling::SamplingParams;
+use pacer_engine::{LoadedModel, Tier, Tokenizer, threads};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(name = "pacer-engine", version, about = "Pacer's LLM engine: llama-family GGUF models on CPU")]
+struct Cli {
+    /// Log format: human-readable text, or JSON lines for log collectors in a cluster.
+    #[arg(long, env = "PACER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate text for a prompt and stream it to stdout.
+    Generate(GenerateArgs),
+    /// Print the model's metadata, sizes and tiers.
+    Info(InfoArgs),
+    /// Measure prefill and batched decode throughput.
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct ModelArgs {
+    /// GGUF model file [default: the model `scripts/fetch-model.sh` caches].
+    #[arg(long, env = "PACER_MODEL")]
+    model: Option<PathBuf>,
+    /// Quantization tier of the weights: f32, q8_0, q4_0 (fastest on CPU) or native (as stored).
+    #[arg(long, env = "PACER_TIER", default_value = "q4_0")]
+    tier: Tier,
+    /// Compute threads [default: the CPUs this process may use, after cgroup quota].
+    #[arg(long, env = "PACER_THREADS")]
+    threads: Option<usize>,
+}
+
+impl ModelArgs {
+    fn model_path(&self) -> Result<PathBuf> {
+        if let Some(p) = &self.model {
+            return Ok(p.clone());
+        }
+        match pacer_engine::default_model_path() {
+            Some(p) if p.exists() => Ok(p),
+            _ => bail!("no model given: pass --model PATH or set PACER_MODEL (scripts/fetch-model.sh fetches the default)"),
+        }
+    }
+
+    fn init_threads(&self) -> usize {
+        let n = threads::compute_threads(self.threads);
+        threads::init_pool(n);
+        n
+    }
+}
+
+#[derive(Args, Debug)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt (the user message with --chat).
+    #[arg(long, short)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template as a user turn.
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat (the template's default when omitted).
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Top-k (0 = off).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Top-p (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Random seed for sampling.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop string (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Prompt tokens per prefill step (chunked prefill).
+    #[arg(long, default_value_t = 512)]
+    prefill_chunk: usize,
+}
+
+#[derive(Args, Debug)]
+struct InfoArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt lengths for prefill.
+    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    prefill: Vec<usize>,
+    /// Batch sizes for decode.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    batch: Vec<usize>,
+    /// Decode steps timed per batch size.
+    #[arg(long, default_value_t = 32)]
+    decode_steps: usize,
+    /// Repetitions (median reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> Result<()> {
+    let Cli { log_format, command } = Cli::parse();
+    init_logging(log_format);
+    match command {
+        Command::Generate(args) => generate(args),
+        Command::Info(args) => info(args),
+        Command::Bench(args) => bench_cmd(args),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn load(args: &ModelArgs) -> Result<LoadedModel> {
+    let path = args.model_path()?;
+    let threads = args.init_threads();
+    let loaded = LoadedModel::open(&path, args.tier).with_context(|| format!("loading {}", path.display()))?;
+    tracing::info!(
+        model = %path.display(),
+        tier = %args.tier,
+        threads,
+        weight_mib = loaded.model.weight_bytes() as f64 / (1 << 20) as f64,
+        load_ms = loaded.model.load_time.as_millis() as u64,
+        kernels = ?pacer_engine::kernels::isa(),
+        "model loaded"
+    );
+    Ok(loaded)
+}
+
+fn generate(args: GenerateArgs) -> Result<()> {
+    let GenerateArgs { model, prompt, chat, system, max_tokens, temperature, top_k, top_p, seed, stop, prefill_chunk } =
+        args;
+    let loaded = load(&model)?;
+    let text = if chat {
+        let template = loaded.chat_template.as_ref().context("this model has no chat template; drop --chat")?;
+        let mut messages: Vec<ChatMessage> = system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
+        messages.push(ChatMessage::new("user", prompt));
+        template.render(&messages, true)?
+    } else {
+        prompt
+    };
+    let tokens = loaded.tokenizer.encode(&text)?;
+    let context = loaded.model.config.context_length;
+    let budget = (tokens.len() + max_tokens).min(context);
+    let mut kv = KvCache::new(&loaded.model.config, budget.div_ceil(BLOCK_TOKENS) * BLOCK_TOKENS);
+    let request = GenerateRequest {
+        prompt: tokens,
+        max_tokens,
+        sampling: SamplingParams { temperature, top_k, top_p, seed },
+        stop,
+        ignore_eos: false,
+    };
+    let mut seqs = vec![Sequence::new(request, context)?];
+    let mut stdout = std::io::stdout().lock();
+    let mut finish = None;
+    let stats = run_to_completion(&loaded.model, &loaded.tokenizer, &mut kv, &mut seqs, prefill_chunk, |_, d| {
+        let _ = stdout.write_all(d.text.as_bytes());
+        let _ = stdout.flush();
+        finish = d.finish.or(finish);
+    })?;
+    writeln!(stdout)?;
+    let decode_tokens = stats.generated_tokens.saturating_sub(1);
+    eprintln!(
+        "prefill: {} tokens in {:.1} ms ({:.1} tok/s) | decode: {} tokens in {:.1} ms ({:.1} tok/s) | finish: {}",
+        stats.prompt_tokens,
+        stats.prefill_seconds * 1e3,
+        stats.prompt_tokens as f64 / stats.prefill_seconds.max(1e-9),
+        decode_tokens,
+        stats.decode_seconds * 1e3,
+        decode_tokens as f64 / stats.decode_seconds.max(1e-9),
+        finish.map_or("none", |f| f.as_str()),
+    );
+    Ok(())
+}
+
+fn info(args: InfoArgs) -> Result<()> {
+    let path = args.model.model_path()?;
+    let (content, _) = read_content(&path)?;
+    let cfg = pacer_engine::model::LlamaConfig::from_gguf(&content)?;
+    let tokenizer = Tokenizer::from_gguf(&content)?;
+    let mut formats: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut params = 0usize;
+    for t in content.tensor_infos.values() {
+        *formats.entry(format!("{:?}", t.ggml_dtype)).or_default() += 1;
+        params += t.shape.elem_count();
+    }
+    let file_bytes = std::fs::metadata(&path)?.len();
+    let info = serde_json::json!({
+        "path": path,
+        "file_bytes": file_bytes,
+        "config": cfg,
+        "parameters": params,
+        "tensor_formats": formats,
+        "tokenizer": {
+            "model": pacer_engine::tokenizer::metadata_string(&content, "tokenizer.ggml.model"),
+            "pre": pacer_engine::tokenizer::metadata_string(&content, "tokenizer.ggml.pre"),
+            "vocab_size": tokenizer.vocab_size(),
+            "bos": tokenizer.bos().and_then(|i| tokenizer.token(i)),
+            "eos": tokenizer.eos().and_then(|i| tokenizer.token(i)),
+            "stop_tokens": tokenizer.stop_ids().iter().filter_map(|&i| tokenizer.token(i)).collect::<Vec<_>>(),
+            "chat_template": tokenizer.chat_template().is_some(),
+        },
+        "tiers": Tier::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+        "default_tier": Tier::Q4_0.as_str(),
+        "kv_bytes_per_token": KvCache::bytes_per_token(&cfg),
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+        return Ok(());
+    }
+    println!("model         {}", path.display());
+    println!("name          {}", cfg.name.as_deref().unwrap_or("-"));
+    println!("architecture  {}", cfg.architecture);
+    println!("parameters    {:.1} M in {:.1} MiB", params as f64 / 1e6, file_bytes as f64 / (1 << 20) as f64);
+    println!("tensors       {formats:?}");
+    println!(
+        "shape         {} layers, hidden {}, ffn {}, heads {}/{} (q/kv), head dim {}",
+        cfg.layers, cfg.embedding, cfg.feed_forward, cfg.heads, cfg.kv_heads, cfg.head_dim
+    );
+    println!("context       {} tokens, RoPE base {}, RMSNorm eps {:e}", cfg.context_length, cfg.rope_base, cfg.rms_eps);
+    println!("vocab         {} ({})", tokenizer.vocab_size(), info["tokenizer"]["pre"].as_str().unwrap_or("-"));
+    println!("stop tokens   {}", info["tokenizer"]["stop_tokens"]);
+    println!("chat template {}", if tokenizer.chat_template().is_some() { "yes" } else { "no" });
+    println!("KV per token  {} bytes", KvCache::bytes_per_token(&cfg));
+    println!("tiers         f32, q8_0, q4_0 (default), native");
+    Ok(())
+}
+
+fn bench_cmd(args: BenchArgs) -> Result<()> {
+    let BenchArgs { model: margs, prefill, batch, decode_steps, repeats, json } = args;
+    let path = margs.model_path()?;
+    let threads = margs.init_threads();
+    let model = Model::load(&path, margs.tier)?;
+    let plan = BenchPlan { prefill_lengths: prefill, batch_sizes: batch, decode_steps, repeats, ..Default::default() };
+    let bar = indicatif::ProgressBar::new((plan.prefill_lengths.len() + plan.batch_sizes.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} bench {msg} [{bar:30}] {pos}/{len}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let figures = bench::run(&model, &plan, |what| {
+        bar.set_message(what.to_string());
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if json {
+        let out = serde_json::json!({
+            "engine": "pacer",
+            "tier": margs.tier,
+            "threads": threads,
+            "weight_bytes": model.weight_bytes(),
+            "load_seconds": model.load_time.as_secs_f64(),
+            "figures": figures,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "tier {} | threads {threads} | weights {:.1} MiB | load {:.0} ms",
+            margs.tier,
+            model.weight_bytes() as f64 / (1 << 20) as f64,
+            model.load_time.as_secs_f64() * 1e3
+        );
+        for f in figures {
+            println!("{:<8} {:>5}  {:>9.1} tok/s", f.phase, f.size, f.tokens_per_second);
+        }
+    }
+    Ok(())
+}
