@@ -1,0 +1,36 @@
+//! Shared helpers for the engine's real-model tests.
+#![allow(dead_code)]
+
+use pacer_engine::{LoadedModel, Tier};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The real model: `PACER_MODEL`, else the file `scripts/fetch-model.sh` caches. A missing
+/// model fails the test (the test command fetches it first); it is never silently skipped.
+pub fn model_path() -> PathBuf {
+    let path = std::env::var_os("PACER_MODEL").map(PathBuf::from).or_else(pacer_engine::default_model_path);
+    match path {
+        Some(p) if p.exists() => p,
+        p => panic!("model not found at {p:?}: run scripts/fetch-model.sh or set PACER_MODEL"),
+    }
+}
+
+/// One loaded model per tier per test binary (loading converts ~135M parameters).
+pub fn loaded(tier: Tier) -> Arc<LoadedModel> {
+    static CACHE: OnceLock<Mutex<Vec<(Tier, Arc<LoadedModel>)>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, m)) = cache.iter().find(|(t, _)| *t == tier) {
+        return m.clone();
+    }
+    pacer_engine::threads::init_pool(pacer_engine::threads::compute_threads(None));
+    let m = Arc::new(LoadedModel::open(&model_path(), tier).expect("load model"));
+    cache.push((tier, m.clone()));
+    m
+}
+
+/// Reads a JSON file from `tests/data`.
+pub fn data(name: &str) -> serde_json::Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&p).expect("read test data")).expect("parse test data")
+}

@@ -1,0 +1,232 @@
+//! The model core on the real model: batching and chunking change nothing but speed, the
+//! streaming detokenizer keeps characters whole, generation stops where it should, and a full
+//! KV cache or an over-long prompt is an error, not a crash.
+
+mod common;
+
+use pacer_engine::chat::ChatMessage;
+use pacer_engine::generate::{FinishReason, GenerateRequest, Sequence, run_to_completion};
+use pacer_engine::model::{SeqCache, SeqStep};
+use pacer_engine::sampling::SamplingParams;
+use pacer_engine::tokenizer::StreamDecoder;
+use pacer_engine::{EngineError, LoadedModel, Tier};
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn alone(m: &LoadedModel, tokens: &[u32]) -> Vec<f32> {
+    let mut kv = m.model.new_kv_cache(tokens.len() + 16);
+    let mut seq = SeqCache::new();
+    m.model.forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens, logits: true }]).unwrap().remove(0).unwrap()
+}
+
+fn prompts(m: &LoadedModel) -> Vec<Vec<u32>> {
+    ["Hi", "The capital of France is", "fn main() { println!(\"hello\"); } // a longer prompt spanning blocks"]
+        .iter()
+        .map(|t| m.tokenizer.encode(t).unwrap())
+        .collect()
+}
+
+/// Batched rows go through the same kernels as a single row; only f32 GEMM blocking (taken for
+/// 8 or more rows) reorders sums, so logits agree to well under 1e-3.
+fn check_batched_equals_alone(tier: Tier) {
+    let m = common::loaded(tier);
+    let ps = prompts(&m);
+    let single: Vec<Vec<f32>> = ps.iter().map(|p| alone(&m, p)).collect();
+    let mut kv = m.model.new_kv_cache(256);
+    let mut caches: Vec<SeqCache> = ps.iter().map(|_| SeqCache::new()).collect();
+    let mut steps: Vec<SeqStep<'_>> =
+        caches.iter_mut().zip(&ps).map(|(cache, p)| SeqStep { cache, tokens: p, logits: true }).collect();
+    let batched = m.model.forward(&mut kv, &mut steps).unwrap();
+    for (i, (b, s)) in batched.iter().zip(&single).enumerate() {
+        let d = max_abs_diff(b.as_ref().unwrap(), s);
+        assert!(d < 1e-3, "{tier} prompt {i}: batched differs from alone by {d}");
+    }
+}
+
+#[test]
+fn batched_prefill_of_different_lengths_equals_each_alone_q4_0() {
+    check_batched_equals_alone(Tier::Q4_0);
+}
+
+#[test]
+fn batched_prefill_of_different_lengths_equals_each_alone_f32() {
+    check_batched_equals_alone(Tier::F32);
+}
+
+#[test]
+fn mixed_prefill_and_decode_in_one_step_equals_each_alone() {
+    let m = common::loaded(Tier::Q4_0);
+    let ps = prompts(&m);
+    let (a, b) = (&ps[1], &ps[2]);
+    let mut kv = m.model.new_kv_cache(256);
+    // Sequence B is decoding (its prompt minus the last token is already cached) while
+    // sequence A prefills from position 0 in the same step.
+    let (mut ca, mut cb) = (SeqCache::new(), SeqCache::new());
+    let split = b.len() - 1;
+    m.model.forward(&mut kv, &mut [SeqStep { cache: &mut cb, tokens: &b[..split], logits: false }]).unwrap();
+    let out = m
+        .model
+        .forward(
+            &mut kv,
+            &mut [
+                SeqStep { cache: &mut ca, tokens: a, logits: true },
+                SeqStep { cache: &mut cb, tokens: &b[split..], logits: true },
+            ],
+        )
+        .unwrap();
+    assert!(max_abs_diff(out[0].as_ref().unwrap(), &alone(&m, a)) < 1e-3);
+    assert!(max_abs_diff(out[1].as_ref().unwrap(), &alone(&m, b)) < 1e-3);
+    assert_eq!((ca.len(), cb.len()), (a.len(), b.len()));
+}
+
+#[test]
+fn chunked_prefill_equals_one_shot() {
+    for tier in [Tier::Q4_0, Tier::F32] {
+        let m = common::loaded(tier);
+        let text = "Chunked prefill splits a long prompt into pieces so that running decodes are never \
+                    stalled for long; the result must not change at all.";
+        let tokens = m.tokenizer.encode(text).unwrap();
+        assert!(tokens.len() > 20);
+        let whole = alone(&m, &tokens);
+        let mut kv = m.model.new_kv_cache(tokens.len() + 16);
+        let mut seq = SeqCache::new();
+        let mut last = None;
+        for chunk in tokens.chunks(7) {
+            last = m.model.forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: chunk, logits: true }]).unwrap().remove(0);
+        }
+        let d = max_abs_diff(&last.unwrap(), &whole);
+        assert!(d < 1e-3, "{tier}: chunked differs from one-shot by {d}");
+    }
+}
+
+#[test]
+fn streaming_detokenization_never_splits_a_character() {
+    let m = common::loaded(Tier::Q4_0);
+    let text = "Emoji 🙂🚀👩‍👩‍👧‍👦, accents café naïve, CJK 你好世界, and € signs.";
+    let ids = m.tokenizer.encode(text).unwrap();
+    let mut dec = StreamDecoder::new();
+    let mut out = String::new();
+    let mut held_back = false;
+    for &id in &ids {
+        let piece = dec.push(&m.tokenizer, id);
+        assert!(!piece.contains('\u{FFFD}'), "a piece contains a broken character: {piece:?}");
+        held_back |= piece.is_empty() && !m.tokenizer.bytes_of(id).is_empty();
+        out.push_str(&piece);
+    }
+    out.push_str(&dec.finish());
+    assert_eq!(out, text);
+    assert!(held_back, "this text has multi-token characters, so some bytes must have been held");
+}
+
+#[test]
+fn chat_template_renders_like_the_reference_conversation() {
+    let m = common::loaded(Tier::Q4_0);
+    let reference = common::data("tokenizer_reference.json");
+    let chat_case = reference["cases"].as_array().unwrap().last().unwrap().clone();
+    let messages = [
+        ChatMessage::new("system", "You are a concise assistant."),
+        ChatMessage::new("user", "What is the capital of France? Answer in one word."),
+        ChatMessage::new("assistant", "Paris."),
+        ChatMessage::new("user", "And of Japan? 🇯🇵"),
+    ];
+    let rendered = m.chat_template.as_ref().unwrap().render(&messages, true).unwrap();
+    assert_eq!(rendered, chat_case["text"].as_str().unwrap(), "rendered by Python's jinja2 for the reference");
+    assert!(rendered.ends_with("<|im_start|>assistant\n"));
+}
+
+fn chat_request(m: &LoadedModel, question: &str, max_tokens: usize, stop: Vec<String>) -> GenerateRequest {
+    let text = m.chat_template.as_ref().unwrap().render(&[ChatMessage::new("user", question)], true).unwrap();
+    GenerateRequest {
+        prompt: m.tokenizer.encode(&text).unwrap(),
+        max_tokens,
+        sampling: SamplingParams::greedy(),
+        stop,
+        ignore_eos: false,
+    }
+}
+
+fn generate(m: &LoadedModel, reqs: Vec<GenerateRequest>, chunk: usize) -> Vec<(String, Option<FinishReason>, usize)> {
+    let ctx = m.model.config.context_length;
+    let mut seqs: Vec<Sequence> = reqs.into_iter().map(|r| Sequence::new(r, ctx).unwrap()).collect();
+    let mut texts = vec![String::new(); seqs.len()];
+    let mut kv = m.model.new_kv_cache(4096);
+    run_to_completion(&m.model, &m.tokenizer, &mut kv, &mut seqs, chunk, |i, d| texts[i].push_str(&d.text)).unwrap();
+    assert_eq!(kv.free_tokens(), kv.capacity_tokens(), "finished sequences return their KV blocks");
+    texts.into_iter().zip(&seqs).map(|(t, s)| (t, s.finish(), s.generated().len())).collect()
+}
+
+#[test]
+fn greedy_chat_answers_and_stops_on_end_of_turn() {
+    let m = common::loaded(Tier::Q4_0);
+    let out = generate(&m, vec![chat_request(&m, "What is the capital of France?", 64, vec![])], 512);
+    let (text, finish, _) = &out[0];
+    assert!(text.contains("Paris"), "{text:?}");
+    assert_eq!(*finish, Some(FinishReason::Stop));
+    assert!(!text.contains("<|im_end|>"));
+}
+
+#[test]
+fn concurrent_greedy_sequences_generate_what_they_generate_alone() {
+    let m = common::loaded(Tier::Q4_0);
+    let questions = ["What is the capital of France?", "Name three colors.", "Write a haiku about rust.", "2+2="];
+    let alone: Vec<_> = questions.iter().map(|q| generate(&m, vec![chat_request(&m, q, 24, vec![])], 512).remove(0)).collect();
+    let together = generate(&m, questions.iter().map(|q| chat_request(&m, q, 24, vec![])).collect(), 5);
+    assert_eq!(alone, together);
+}
+
+#[test]
+fn stop_strings_and_max_tokens_end_generation() {
+    let m = common::loaded(Tier::Q4_0);
+    let (text, finish, _) = generate(&m, vec![chat_request(&m, "What is the capital of France?", 64, vec!["Paris".into()])], 512).remove(0);
+    assert_eq!(finish, Some(FinishReason::Stop));
+    assert!(!text.contains("Paris"), "the stop string is not shown: {text:?}");
+    let (_, finish, n) = generate(&m, vec![chat_request(&m, "Tell me a long story.", 5, vec![])], 512).remove(0);
+    assert_eq!((finish, n), (Some(FinishReason::Length), 5));
+}
+
+#[test]
+fn a_seed_makes_sampling_reproducible() {
+    let m = common::loaded(Tier::Q4_0);
+    let req = |seed| {
+        let mut r = chat_request(&m, "Invent a name for a cat.", 16, vec![]);
+        r.sampling = SamplingParams { temperature: 1.0, top_k: 40, top_p: 0.95, seed: Some(seed) };
+        r
+    };
+    let a = generate(&m, vec![req(1)], 512);
+    assert_eq!(a, generate(&m, vec![req(1)], 512));
+    let others: Vec<_> = (2..6).map(|s| generate(&m, vec![req(s)], 512)).collect();
+    assert!(others.iter().any(|o| *o != a), "different seeds should not all agree");
+}
+
+#[test]
+fn a_full_kv_cache_and_an_overlong_prompt_are_errors() {
+    let m = common::loaded(Tier::Q4_0);
+    let tokens = m.tokenizer.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen").unwrap();
+    let mut kv = m.model.new_kv_cache(16);
+    let mut seq = SeqCache::new();
+    let err = m.model.forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: &tokens, logits: true }]).unwrap_err();
+    assert!(matches!(err, EngineError::KvCacheFull { .. }), "{err}");
+    assert!(seq.is_empty() && kv.free_tokens() == 16, "a failed step reserves and writes nothing");
+
+    let ctx = m.model.config.context_length;
+    let req = GenerateRequest { prompt: vec![100; ctx], max_tokens: 1, sampling: SamplingParams::greedy(), stop: vec![], ignore_eos: false };
+    assert!(matches!(Sequence::new(req, ctx), Err(EngineError::ContextOverflow { .. })));
+}
+
+#[test]
+fn every_tier_loads_generates_and_is_sized_by_its_precision() {
+    let mut sizes = Vec::new();
+    for tier in Tier::ALL {
+        let m = common::loaded(tier);
+        let (text, _, n) = generate(&m, vec![chat_request(&m, "What is the capital of France?", 12, vec![])], 512).remove(0);
+        assert!(n > 0 && !text.trim().is_empty(), "{tier}: {text:?}");
+        sizes.push((tier, m.model.weight_bytes()));
+    }
+    let size = |t| sizes.iter().find(|(x, _)| *x == t).unwrap().1;
+    // 32, 8.5, 5 and 4.5 bits per matmul weight (the embedding stays 8-bit below f32).
+    assert!(size(Tier::F32) > size(Tier::Q8_0));
+    assert!(size(Tier::Q8_0) > size(Tier::Native));
+    assert!(size(Tier::Native) > size(Tier::Q4_0));
+}
