@@ -63,7 +63,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Runs `plan` on `model`, calling `progress` after each measurement.
-pub fn run(model: &Model, plan: &BenchPlan, mut progress: impl FnMut(&str)) -> Result<Vec<BenchFigure>, EngineError> {
+pub fn run(
+    model: &Model,
+    plan: &BenchPlan,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<BenchFigure>, EngineError> {
     let vocab = model.config.vocab_size;
     let max_b = plan.batch_sizes.iter().copied().max().unwrap_or(1);
     let max_len = plan.prefill_lengths.iter().copied().max().unwrap_or(0);
@@ -105,7 +109,8 @@ pub fn run(model: &Model, plan: &BenchPlan, mut progress: impl FnMut(&str)) -> R
             }
             // Decode a fixed token stream (the ids matter little for timing; sampling is not
             // part of the model core).
-            let next: Vec<Vec<u32>> = (0..b).map(|i| synthetic_tokens(plan.decode_steps, 7 + i as u64, vocab)).collect();
+            let next: Vec<Vec<u32>> =
+                (0..b).map(|i| synthetic_tokens(plan.decode_steps, 7 + i as u64, vocab)).collect();
             let t = Instant::now();
             for step in 0..plan.decode_steps {
                 let mut steps: Vec<SeqStep<'_>> = seqs

@@ -53,7 +53,11 @@ impl ChatTemplate {
 
     /// Renders `messages`; with `add_generation_prompt` the text ends where the assistant's
     /// reply begins.
-    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, EngineError> {
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, EngineError> {
         if messages.is_empty() {
             return Err(EngineError::InvalidRequest("`messages` must not be empty".into()));
         }

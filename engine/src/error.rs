@@ -22,7 +22,9 @@ pub enum EngineError {
     #[error("chat template: {0}")]
     Template(String),
     /// The request does not fit the model's context window.
-    #[error("the prompt ({prompt} tokens) plus at least one generated token exceeds the context length {context}")]
+    #[error(
+        "the prompt ({prompt} tokens) plus at least one generated token exceeds the context length {context}"
+    )]
     ContextOverflow {
         /// Prompt tokens.
         prompt: usize,

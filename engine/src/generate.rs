@@ -194,7 +194,8 @@ pub fn run_to_completion(
     prefill_chunk: usize,
     mut on_delta: impl FnMut(usize, &Delta),
 ) -> Result<RunStats, EngineError> {
-    let mut stats = RunStats { prompt_tokens: seqs.iter().map(Sequence::prompt_len).sum(), ..Default::default() };
+    let mut stats =
+        RunStats { prompt_tokens: seqs.iter().map(Sequence::prompt_len).sum(), ..Default::default() };
     loop {
         let active: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].finish.is_none()).collect();
         if active.is_empty() {

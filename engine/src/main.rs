@@ -61,7 +61,9 @@ impl ModelArgs {
         }
         match pacer_engine::default_model_path() {
             Some(p) if p.exists() => Ok(p),
-            _ => bail!("no model given: pass --model PATH or set PACER_MODEL (scripts/fetch-model.sh fetches the default)"),
+            _ => bail!(
+                "no model given: pass --model PATH or set PACER_MODEL (scripts/fetch-model.sh fetches the default)"
+            ),
         }
     }
 
@@ -161,7 +163,8 @@ fn init_logging(format: LogFormat) {
 fn load(args: &ModelArgs) -> Result<LoadedModel> {
     let path = args.model_path()?;
     let threads = args.init_threads();
-    let loaded = LoadedModel::open(&path, args.tier).with_context(|| format!("loading {}", path.display()))?;
+    let loaded =
+        LoadedModel::open(&path, args.tier).with_context(|| format!("loading {}", path.display()))?;
     tracing::info!(
         model = %path.display(),
         tier = %args.tier,
@@ -175,12 +178,25 @@ fn load(args: &ModelArgs) -> Result<LoadedModel> {
 }
 
 fn generate(args: GenerateArgs) -> Result<()> {
-    let GenerateArgs { model, prompt, chat, system, max_tokens, temperature, top_k, top_p, seed, stop, prefill_chunk } =
-        args;
+    let GenerateArgs {
+        model,
+        prompt,
+        chat,
+        system,
+        max_tokens,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        stop,
+        prefill_chunk,
+    } = args;
     let loaded = load(&model)?;
     let text = if chat {
-        let template = loaded.chat_template.as_ref().context("this model has no chat template; drop --chat")?;
-        let mut messages: Vec<ChatMessage> = system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
+        let template =
+            loaded.chat_template.as_ref().context("this model has no chat template; drop --chat")?;
+        let mut messages: Vec<ChatMessage> =
+            system.into_iter().map(|s| ChatMessage::new("system", s)).collect();
         messages.push(ChatMessage::new("user", prompt));
         template.render(&messages, true)?
     } else {
@@ -200,11 +216,12 @@ fn generate(args: GenerateArgs) -> Result<()> {
     let mut seqs = vec![Sequence::new(request, context)?];
     let mut stdout = std::io::stdout().lock();
     let mut finish = None;
-    let stats = run_to_completion(&loaded.model, &loaded.tokenizer, &mut kv, &mut seqs, prefill_chunk, |_, d| {
-        let _ = stdout.write_all(d.text.as_bytes());
-        let _ = stdout.flush();
-        finish = d.finish.or(finish);
-    })?;
+    let stats =
+        run_to_completion(&loaded.model, &loaded.tokenizer, &mut kv, &mut seqs, prefill_chunk, |_, d| {
+            let _ = stdout.write_all(d.text.as_bytes());
+            let _ = stdout.flush();
+            finish = d.finish.or(finish);
+        })?;
     writeln!(stdout)?;
     let decode_tokens = stats.generated_tokens.saturating_sub(1);
     eprintln!(
@@ -264,8 +281,15 @@ fn info(args: InfoArgs) -> Result<()> {
         "shape         {} layers, hidden {}, ffn {}, heads {}/{} (q/kv), head dim {}",
         cfg.layers, cfg.embedding, cfg.feed_forward, cfg.heads, cfg.kv_heads, cfg.head_dim
     );
-    println!("context       {} tokens, RoPE base {}, RMSNorm eps {:e}", cfg.context_length, cfg.rope_base, cfg.rms_eps);
-    println!("vocab         {} ({})", tokenizer.vocab_size(), info["tokenizer"]["pre"].as_str().unwrap_or("-"));
+    println!(
+        "context       {} tokens, RoPE base {}, RMSNorm eps {:e}",
+        cfg.context_length, cfg.rope_base, cfg.rms_eps
+    );
+    println!(
+        "vocab         {} ({})",
+        tokenizer.vocab_size(),
+        info["tokenizer"]["pre"].as_str().unwrap_or("-")
+    );
     println!("stop tokens   {}", info["tokenizer"]["stop_tokens"]);
     println!("chat template {}", if tokenizer.chat_template().is_some() { "yes" } else { "no" });
     println!("KV per token  {} bytes", KvCache::bytes_per_token(&cfg));
@@ -278,7 +302,13 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     let path = margs.model_path()?;
     let threads = margs.init_threads();
     let model = Model::load(&path, margs.tier)?;
-    let plan = BenchPlan { prefill_lengths: prefill, batch_sizes: batch, decode_steps, repeats, ..Default::default() };
+    let plan = BenchPlan {
+        prefill_lengths: prefill,
+        batch_sizes: batch,
+        decode_steps,
+        repeats,
+        ..Default::default()
+    };
     let bar = indicatif::ProgressBar::new((plan.prefill_lengths.len() + plan.batch_sizes.len()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} bench {msg} [{bar:30}] {pos}/{len}")

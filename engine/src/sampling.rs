@@ -104,7 +104,8 @@ impl Sampler {
         }
         cand.sort_unstable_by(by_logit);
         let max = cand[0].1;
-        let mut probs: Vec<f64> = cand.iter().map(|&(_, v)| f64::from((v - max) / p.temperature).exp()).collect();
+        let mut probs: Vec<f64> =
+            cand.iter().map(|&(_, v)| f64::from((v - max) / p.temperature).exp()).collect();
         let total: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= total);
         if p.top_p < 1.0 {
@@ -162,8 +163,14 @@ mod tests {
     fn a_seed_reproduces_the_draws_and_the_distribution_is_followed() {
         let logits = [0.0f32, (3.0f32).ln()]; // probabilities 1/4, 3/4
         let p = SamplingParams { temperature: 1.0, seed: Some(42), ..Default::default() };
-        let a: Vec<u32> = { let mut s = Sampler::new(p); (0..4000).map(|_| s.sample(&logits)).collect() };
-        let b: Vec<u32> = { let mut s = Sampler::new(p); (0..4000).map(|_| s.sample(&logits)).collect() };
+        let a: Vec<u32> = {
+            let mut s = Sampler::new(p);
+            (0..4000).map(|_| s.sample(&logits)).collect()
+        };
+        let b: Vec<u32> = {
+            let mut s = Sampler::new(p);
+            (0..4000).map(|_| s.sample(&logits)).collect()
+        };
         assert_eq!(a, b);
         let ones = a.iter().filter(|&&t| t == 1).count() as f64 / 4000.0;
         assert!((ones - 0.75).abs() < 0.03, "{ones}");

@@ -31,7 +31,10 @@ fn cgroup_quota() -> Option<usize> {
     if let Some(v2) = read("/sys/fs/cgroup/cpu.max") {
         return cpus_from_cgroup_v2(&v2);
     }
-    cpus_from_cgroup_v1(&read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")?, &read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")?)
+    cpus_from_cgroup_v1(
+        &read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")?,
+        &read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")?,
+    )
 }
 
 /// Threads to use: `requested` if set, else min(affinity CPUs, cgroup quota).
@@ -43,13 +46,30 @@ pub fn compute_threads(requested: Option<usize>) -> usize {
     cgroup_quota().map_or(affinity, |q| q.min(affinity)).max(1)
 }
 
-/// Sizes the global rayon pool (used by every kernel, and by `gemm`) once per process.
+static POOL: std::sync::OnceLock<rayon::ThreadPool> = std::sync::OnceLock::new();
+
+/// Sizes the compute pool once per process; later calls (tests in one process) keep the first.
 pub fn init_pool(threads: usize) {
-    // A second call (tests in one process) keeps the first pool; that is harmless.
-    let _ = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("pacer-compute-{i}"))
-        .build_global();
+    let _ = pool_with(threads);
+}
+
+fn pool_with(threads: usize) -> &'static rayon::ThreadPool {
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("pacer-compute-{i}"))
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start {threads} compute threads: {e}"))
+    })
+}
+
+/// The compute pool every kernel runs on (sized by [`compute_threads`] unless
+/// [`init_pool`] ran first). A forward step runs entirely inside it (`install`), so the
+/// calling thread is one of the workers: each matmul's fork/join then costs a queue push, not
+/// a futex sleep and wake-up of an outside thread, which at ~150 fork/joins per decode step
+/// was a fifth of the step's time.
+pub fn pool() -> &'static rayon::ThreadPool {
+    pool_with(compute_threads(None))
 }
 
 #[cfg(test)]

@@ -43,7 +43,8 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 fn strings(c: &Content, key: &str) -> Result<Vec<String>, EngineError> {
-    let v = c.metadata.get(key).ok_or_else(|| EngineError::Tokenizer(format!("GGUF metadata has no `{key}`")))?;
+    let v =
+        c.metadata.get(key).ok_or_else(|| EngineError::Tokenizer(format!("GGUF metadata has no `{key}`")))?;
     v.to_vec()
         .map_err(|e| EngineError::Tokenizer(format!("`{key}`: {e}")))?
         .iter()
@@ -83,12 +84,9 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, EngineError> {
         }
         "gpt-2" | "gpt2" | "default" => byte_level(true),
         "llama-bpe" | "llama3" => {
-            let split = Split::new(
-                SplitPattern::Regex(LLAMA3_SPLIT.into()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+            let split =
+                Split::new(SplitPattern::Regex(LLAMA3_SPLIT.into()), SplitDelimiterBehavior::Isolated, false)
+                    .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
             Sequence::new(vec![split.into(), byte_level(false)]).into()
         }
         other => {
@@ -110,7 +108,8 @@ impl Tokenizer {
         }
         let tokens = strings(c, "tokenizer.ggml.tokens")?;
         let merges = strings(c, "tokenizer.ggml.merges")?;
-        let types: Vec<i32> = match c.metadata.get("tokenizer.ggml.token_type").and_then(|v| v.to_vec().ok()) {
+        let types: Vec<i32> = match c.metadata.get("tokenizer.ggml.token_type").and_then(|v| v.to_vec().ok())
+        {
             Some(v) => v.iter().map(|t| t.to_i32().unwrap_or(1)).collect(),
             None => vec![1; tokens.len()],
         };
@@ -120,7 +119,8 @@ impl Tokenizer {
             .and_then(|v| v.to_string().ok())
             .map_or("default", String::as_str);
 
-        let vocab: tokenizers::models::bpe::Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let vocab: tokenizers::models::bpe::Vocab =
+            tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let merges = merges
             .iter()
             .map(|m| {
@@ -147,11 +147,14 @@ impl Tokenizer {
         inner.add_special_tokens(&added);
 
         let table = byte_level_decoding();
-        let token_bytes = tokens
-            .iter()
-            .zip(&special)
-            .map(|(t, &s)| if s { Vec::new() } else { t.chars().filter_map(|ch| table.get(&ch).copied()).collect() })
-            .collect();
+        let token_bytes =
+            tokens
+                .iter()
+                .zip(&special)
+                .map(|(t, &s)| {
+                    if s { Vec::new() } else { t.chars().filter_map(|ch| table.get(&ch).copied()).collect() }
+                })
+                .collect();
         let eos = id(c, "tokenizer.ggml.eos_token_id");
         let mut stop_ids: Vec<u32> = eos.into_iter().collect();
         for name in END_OF_TURN {
@@ -166,9 +169,17 @@ impl Tokenizer {
             token_bytes,
             bos: id(c, "tokenizer.ggml.bos_token_id"),
             eos,
-            add_bos: c.metadata.get("tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool().ok()).unwrap_or(false),
+            add_bos: c
+                .metadata
+                .get("tokenizer.ggml.add_bos_token")
+                .and_then(|v| v.to_bool().ok())
+                .unwrap_or(false),
             stop_ids,
-            chat_template: c.metadata.get("tokenizer.chat_template").and_then(|v| v.to_string().ok()).cloned(),
+            chat_template: c
+                .metadata
+                .get("tokenizer.chat_template")
+                .and_then(|v| v.to_string().ok())
+                .cloned(),
             tokens,
         })
     }

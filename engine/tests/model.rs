@@ -2,6 +2,8 @@
 //! streaming detokenizer keeps characters whole, generation stops where it should, and a full
 //! KV cache or an over-long prompt is an error, not a crash.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use pacer_engine::chat::ChatMessage;
@@ -18,14 +20,22 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 fn alone(m: &LoadedModel, tokens: &[u32]) -> Vec<f32> {
     let mut kv = m.model.new_kv_cache(tokens.len() + 16);
     let mut seq = SeqCache::new();
-    m.model.forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens, logits: true }]).unwrap().remove(0).unwrap()
+    m.model
+        .forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens, logits: true }])
+        .unwrap()
+        .remove(0)
+        .unwrap()
 }
 
 fn prompts(m: &LoadedModel) -> Vec<Vec<u32>> {
-    ["Hi", "The capital of France is", "fn main() { println!(\"hello\"); } // a longer prompt spanning blocks"]
-        .iter()
-        .map(|t| m.tokenizer.encode(t).unwrap())
-        .collect()
+    [
+        "Hi",
+        "The capital of France is",
+        "fn main() { println!(\"hello\"); } // a longer prompt spanning blocks",
+    ]
+    .iter()
+    .map(|t| m.tokenizer.encode(t).unwrap())
+    .collect()
 }
 
 /// Batched rows go through the same kernels as a single row; only f32 GEMM blocking (taken for
@@ -94,7 +104,11 @@ fn chunked_prefill_equals_one_shot() {
         let mut seq = SeqCache::new();
         let mut last = None;
         for chunk in tokens.chunks(7) {
-            last = m.model.forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: chunk, logits: true }]).unwrap().remove(0);
+            last = m
+                .model
+                .forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: chunk, logits: true }])
+                .unwrap()
+                .remove(0);
         }
         let d = max_abs_diff(&last.unwrap(), &whole);
         assert!(d < 1e-3, "{tier}: chunked differs from one-shot by {d}");
@@ -132,7 +146,11 @@ fn chat_template_renders_like_the_reference_conversation() {
         ChatMessage::new("user", "And of Japan? 🇯🇵"),
     ];
     let rendered = m.chat_template.as_ref().unwrap().render(&messages, true).unwrap();
-    assert_eq!(rendered, chat_case["text"].as_str().unwrap(), "rendered by Python's jinja2 for the reference");
+    assert_eq!(
+        rendered,
+        chat_case["text"].as_str().unwrap(),
+        "rendered by Python's jinja2 for the reference"
+    );
     assert!(rendered.ends_with("<|im_start|>assistant\n"));
 }
 
@@ -147,12 +165,17 @@ fn chat_request(m: &LoadedModel, question: &str, max_tokens: usize, stop: Vec<St
     }
 }
 
-fn generate(m: &LoadedModel, reqs: Vec<GenerateRequest>, chunk: usize) -> Vec<(String, Option<FinishReason>, usize)> {
+fn generate(
+    m: &LoadedModel,
+    reqs: Vec<GenerateRequest>,
+    chunk: usize,
+) -> Vec<(String, Option<FinishReason>, usize)> {
     let ctx = m.model.config.context_length;
     let mut seqs: Vec<Sequence> = reqs.into_iter().map(|r| Sequence::new(r, ctx).unwrap()).collect();
     let mut texts = vec![String::new(); seqs.len()];
     let mut kv = m.model.new_kv_cache(4096);
-    run_to_completion(&m.model, &m.tokenizer, &mut kv, &mut seqs, chunk, |i, d| texts[i].push_str(&d.text)).unwrap();
+    run_to_completion(&m.model, &m.tokenizer, &mut kv, &mut seqs, chunk, |i, d| texts[i].push_str(&d.text))
+        .unwrap();
     assert_eq!(kv.free_tokens(), kv.capacity_tokens(), "finished sequences return their KV blocks");
     texts.into_iter().zip(&seqs).map(|(t, s)| (t, s.finish(), s.generated().len())).collect()
 }
@@ -170,8 +193,12 @@ fn greedy_chat_answers_and_stops_on_end_of_turn() {
 #[test]
 fn concurrent_greedy_sequences_generate_what_they_generate_alone() {
     let m = common::loaded(Tier::Q4_0);
-    let questions = ["What is the capital of France?", "Name three colors.", "Write a haiku about rust.", "2+2="];
-    let alone: Vec<_> = questions.iter().map(|q| generate(&m, vec![chat_request(&m, q, 24, vec![])], 512).remove(0)).collect();
+    let questions =
+        ["What is the capital of France?", "Name three colors.", "Write a haiku about rust.", "2+2="];
+    let alone: Vec<_> = questions
+        .iter()
+        .map(|q| generate(&m, vec![chat_request(&m, q, 24, vec![])], 512).remove(0))
+        .collect();
     let together = generate(&m, questions.iter().map(|q| chat_request(&m, q, 24, vec![])).collect(), 5);
     assert_eq!(alone, together);
 }
@@ -179,10 +206,13 @@ fn concurrent_greedy_sequences_generate_what_they_generate_alone() {
 #[test]
 fn stop_strings_and_max_tokens_end_generation() {
     let m = common::loaded(Tier::Q4_0);
-    let (text, finish, _) = generate(&m, vec![chat_request(&m, "What is the capital of France?", 64, vec!["Paris".into()])], 512).remove(0);
+    let (text, finish, _) =
+        generate(&m, vec![chat_request(&m, "What is the capital of France?", 64, vec!["Paris".into()])], 512)
+            .remove(0);
     assert_eq!(finish, Some(FinishReason::Stop));
     assert!(!text.contains("Paris"), "the stop string is not shown: {text:?}");
-    let (_, finish, n) = generate(&m, vec![chat_request(&m, "Tell me a long story.", 5, vec![])], 512).remove(0);
+    let (_, finish, n) =
+        generate(&m, vec![chat_request(&m, "Tell me a long story.", 5, vec![])], 512).remove(0);
     assert_eq!((finish, n), (Some(FinishReason::Length), 5));
 }
 
@@ -206,12 +236,21 @@ fn a_full_kv_cache_and_an_overlong_prompt_are_errors() {
     let tokens = m.tokenizer.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen").unwrap();
     let mut kv = m.model.new_kv_cache(16);
     let mut seq = SeqCache::new();
-    let err = m.model.forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: &tokens, logits: true }]).unwrap_err();
+    let err = m
+        .model
+        .forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: &tokens, logits: true }])
+        .unwrap_err();
     assert!(matches!(err, EngineError::KvCacheFull { .. }), "{err}");
     assert!(seq.is_empty() && kv.free_tokens() == 16, "a failed step reserves and writes nothing");
 
     let ctx = m.model.config.context_length;
-    let req = GenerateRequest { prompt: vec![100; ctx], max_tokens: 1, sampling: SamplingParams::greedy(), stop: vec![], ignore_eos: false };
+    let req = GenerateRequest {
+        prompt: vec![100; ctx],
+        max_tokens: 1,
+        sampling: SamplingParams::greedy(),
+        stop: vec![],
+        ignore_eos: false,
+    };
     assert!(matches!(Sequence::new(req, ctx), Err(EngineError::ContextOverflow { .. })));
 }
 
@@ -220,7 +259,8 @@ fn every_tier_loads_generates_and_is_sized_by_its_precision() {
     let mut sizes = Vec::new();
     for tier in Tier::ALL {
         let m = common::loaded(tier);
-        let (text, _, n) = generate(&m, vec![chat_request(&m, "What is the capital of France?", 12, vec![])], 512).remove(0);
+        let (text, _, n) =
+            generate(&m, vec![chat_request(&m, "What is the capital of France?", 12, vec![])], 512).remove(0);
         assert!(n > 0 && !text.trim().is_empty(), "{tier}: {text:?}");
         sizes.push((tier, m.model.weight_bytes()));
     }

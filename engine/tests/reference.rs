@@ -2,10 +2,12 @@
 //! (`scripts/make-reference.sh`): tokenizer ids, and teacher-forced next-token logits of the
 //! `f32` tier against llama.cpp on an f32 GGUF of the same weights with an f32 KV cache.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
-use pacer_engine::model::{SeqCache, SeqStep};
 use pacer_engine::Tier;
+use pacer_engine::model::{SeqCache, SeqStep};
 
 #[test]
 fn tokenizer_matches_llama_cpp_and_round_trips() {
@@ -15,7 +17,8 @@ fn tokenizer_matches_llama_cpp_and_round_trips() {
     assert!(cases.len() >= 10);
     for case in cases {
         let text = case["text"].as_str().unwrap();
-        let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> =
+            case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let got = m.tokenizer.encode(text).unwrap();
         assert_eq!(got, want, "token ids differ for {text:?}");
         // Special tokens are not shown when decoding, so compare against the text without them.
@@ -45,7 +48,8 @@ fn f32_logits_match_llama_cpp_teacher_forced() {
     let mut checked = 0;
     for case in reference["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
-        let tokens: Vec<u32> = case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let tokens: Vec<u32> =
+            case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let positions = case["positions"].as_array().unwrap();
         assert_eq!(positions.len(), tokens.len());
         let mut kv = m.model.new_kv_cache(tokens.len() + 16);
@@ -53,11 +57,15 @@ fn f32_logits_match_llama_cpp_teacher_forced() {
         for (p, (tok, want)) in tokens.iter().zip(positions).enumerate() {
             let logits = m
                 .model
-                .forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: std::slice::from_ref(tok), logits: true }])
+                .forward(
+                    &mut kv,
+                    &mut [SeqStep { cache: &mut seq, tokens: std::slice::from_ref(tok), logits: true }],
+                )
                 .unwrap()
                 .remove(0)
                 .unwrap();
-            let want_ids: Vec<u32> = want["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            let want_ids: Vec<u32> =
+                want["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
             let want_logits: Vec<f32> =
                 want["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
             let mut order: Vec<u32> = (0..logits.len() as u32).collect();
@@ -72,7 +80,11 @@ fn f32_logits_match_llama_cpp_teacher_forced() {
             for (&id, &wl) in want_ids.iter().zip(&want_logits) {
                 let d = (logits[id as usize] - wl).abs();
                 worst = worst.max(d);
-                assert!(d <= LOGIT_TOLERANCE, "{name} position {p} token {id}: {} vs {wl}", logits[id as usize]);
+                assert!(
+                    d <= LOGIT_TOLERANCE,
+                    "{name} position {p} token {id}: {} vs {wl}",
+                    logits[id as usize]
+                );
             }
             checked += 1;
         }
@@ -88,13 +100,17 @@ fn agreement_with_f32_reference(tier: Tier) -> (f64, f32) {
     let reference = common::data("logits_reference.json");
     let (mut agree, mut total, mut worst) = (0usize, 0usize, 0f32);
     for case in reference["cases"].as_array().unwrap() {
-        let tokens: Vec<u32> = case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let tokens: Vec<u32> =
+            case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let mut kv = m.model.new_kv_cache(tokens.len() + 16);
         let mut seq = SeqCache::new();
         for (tok, want) in tokens.iter().zip(case["positions"].as_array().unwrap()) {
             let logits = m
                 .model
-                .forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: std::slice::from_ref(tok), logits: true }])
+                .forward(
+                    &mut kv,
+                    &mut [SeqStep { cache: &mut seq, tokens: std::slice::from_ref(tok), logits: true }],
+                )
                 .unwrap()
                 .remove(0)
                 .unwrap();
@@ -102,7 +118,8 @@ fn agreement_with_f32_reference(tier: Tier) -> (f64, f32) {
             agree += usize::from(u64::from(top) == want["ids"][0].as_u64().unwrap());
             total += 1;
             for (id, wl) in want["ids"].as_array().unwrap().iter().zip(want["logits"].as_array().unwrap()) {
-                worst = worst.max((logits[id.as_u64().unwrap() as usize] - wl.as_f64().unwrap() as f32).abs());
+                worst =
+                    worst.max((logits[id.as_u64().unwrap() as usize] - wl.as_f64().unwrap() as f32).abs());
             }
         }
     }

@@ -27,11 +27,12 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
             return;
         }
         let wf = w.floats();
-        by_weight_rows(m, n, out, |rows, local| {
+        by_weight_rows(m, n, 1, out, |rows, local| {
+            let width = rows.len();
             for (li, r) in rows.enumerate() {
                 let wr = &wf[r * k..(r + 1) * k];
                 for i in 0..m {
-                    local[li * m + i] = dot(&x[i * k..(i + 1) * k], wr);
+                    local[i * width + li] = dot(&x[i * k..(i + 1) * k], wr);
                 }
             }
         });
@@ -39,12 +40,14 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     }
     let qa = quantize_activations(x, m, k);
     let kernel = isa();
-    by_weight_rows(m, n, out, |rows, local| quantized_rows(kernel, w, rows, &qa, local));
+    let align = if w.interleaved() { 8 } else { 1 };
+    by_weight_rows(m, n, align, out, |rows, local| quantized_rows(kernel, w, rows, &qa, local));
 }
 
-/// Runs `f(rows, local)` over disjoint ranges of weight rows in parallel; `local` holds the
-/// range's results weight-row-major (`local[r * m + i]`), scattered into `out` afterwards.
-fn by_weight_rows<F>(m: usize, n: usize, out: &mut [f32], f: F)
+/// Runs `f(rows, local)` over disjoint ranges of weight rows (starting at multiples of
+/// `align`) in parallel; `local` holds the range's results as `m` runs of `rows.len()`
+/// (`local[i * rows.len() + r]`), so each run is one contiguous copy into `out`.
+fn by_weight_rows<F>(m: usize, n: usize, align: usize, out: &mut [f32], f: F)
 where
     F: Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
 {
@@ -52,7 +55,7 @@ where
     // A few tasks per thread balance uneven cores without paying rayon's per-task cost on
     // the many tiny matmuls of a decode step.
     let tasks = (threads * 4).min(n.div_ceil(16)).max(1);
-    let per_task = n.div_ceil(tasks);
+    let per_task = n.div_ceil(tasks).next_multiple_of(align);
     let parts: Vec<(usize, Vec<f32>)> = (0..tasks)
         .into_par_iter()
         .map(|t| {
@@ -66,10 +69,9 @@ where
         })
         .collect();
     for (start, local) in parts {
-        for (lr, vals) in local.chunks_exact(m).enumerate() {
-            for (i, &v) in vals.iter().enumerate() {
-                out[i * n + start + lr] = v;
-            }
+        let width = local.len() / m;
+        for (i, run) in local.chunks_exact(width.max(1)).enumerate().take(if width == 0 { 0 } else { m }) {
+            out[i * n + start..i * n + start + width].copy_from_slice(run);
         }
     }
 }
@@ -89,17 +91,52 @@ fn quantized_rows(
 }
 
 /// f32 GEMM with the `gemm` crate (the kernel candle uses on CPU), on the same rayon pool.
-#[allow(unsafe_code)]
 fn gemm_f32(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
-    let (n, k) = (w.rows(), w.cols());
-    let wf = w.floats();
-    assert!(x.len() == m * k && wf.len() == n * k && out.len() == m * n);
     let threads = rayon::current_num_threads();
-    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    // SAFETY: the three slices are exactly m×k (x, row-major), n×k (W, row-major, read as the
-    // k×n matrix Wᵀ with row stride 1 and column stride k) and m×n (out, row-major), as asserted
-    // above, so every index gemm computes from these shapes and strides is in bounds; `out`
-    // is exclusively borrowed and does not alias the inputs.
+    gemm_bt(m, w.rows(), w.cols(), x, w.floats(), out, threads > 1);
+}
+
+/// `out (m×n) = a (m×k) · bᵀ`, with `b` row-major `n×k`. Runs on the calling thread unless
+/// `parallel`, in which case it splits across the current rayon pool.
+pub fn gemm_bt(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], out: &mut [f32], parallel: bool) {
+    // b read as the k×n matrix bᵀ: row stride 1, column stride k.
+    gemm_strided(m, n, k, a, b, (1, k as isize), out, parallel);
+}
+
+/// `out (m×n) = a (m×k) · b`, with `b` row-major `k×n`.
+pub fn gemm_nn(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], out: &mut [f32], parallel: bool) {
+    gemm_strided(m, n, k, a, b, (n as isize, 1), out, parallel);
+}
+
+/// Shared GEMM call: `a` row-major m×k, `b` a k×n matrix with (row, column) strides
+/// `b_strides` over a slice of exactly k·n values, `out` row-major m×n.
+#[allow(unsafe_code, clippy::too_many_arguments)]
+fn gemm_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    b_strides: (isize, isize),
+    out: &mut [f32],
+    parallel: bool,
+) {
+    assert!(a.len() == m * k && b.len() == n * k && out.len() == m * n, "gemm shapes");
+    assert!(
+        b_strides == (1, k as isize) || b_strides == (n as isize, 1),
+        "b is a dense k×n matrix, row- or column-major"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    let par = match rayon::current_num_threads() {
+        t if parallel && t > 1 => gemm::Parallelism::Rayon(t),
+        _ => gemm::Parallelism::None,
+    };
+    // SAFETY: `a` is exactly m×k row-major (strides k, 1), `out` exactly m×n row-major
+    // (strides n, 1), and `b` exactly k×n values laid out densely with one of the two stride
+    // pairs asserted above, so every index gemm derives from these shapes and strides is in
+    // bounds. `out` is exclusively borrowed and so cannot alias `a` or `b`.
     unsafe {
         gemm::gemm(
             m,
@@ -109,12 +146,12 @@ fn gemm_f32(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
             1,
             n as isize,
             false,
-            x.as_ptr(),
+            a.as_ptr(),
             1,
             k as isize,
-            wf.as_ptr(),
-            k as isize,
-            1,
+            b.as_ptr(),
+            b_strides.1,
+            b_strides.0,
             0.0,
             1.0,
             false,
@@ -125,3 +162,32 @@ fn gemm_f32(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(m: usize, n: usize, k: usize, a: &[f32], b: impl Fn(usize, usize) -> f32) -> Vec<f32> {
+        let mut out = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k).map(|kk| a[i * k + kk] * b(kk, j)).sum();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn gemm_variants_match_naive_products() {
+        let (m, n, k) = (21, 13, 64);
+        let a: Vec<f32> = (0..m * k).map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0).collect();
+        let b: Vec<f32> = (0..n * k).map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0).collect();
+        let mut out = vec![0f32; m * n];
+        gemm_bt(m, n, k, &a, &b, &mut out, false);
+        let want = naive(m, n, k, &a, |kk, j| b[j * k + kk]);
+        assert!(out.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-3), "gemm_bt");
+        let b2: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
+        gemm_nn(m, n, k, &a, &b2, &mut out, false);
+        let want = naive(m, n, k, &a, |kk, j| b2[kk * n + j]);
+        assert!(out.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-3), "gemm_nn");
+    }
+}

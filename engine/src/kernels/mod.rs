@@ -8,14 +8,17 @@
 //! activation rows held in cache. Large f32 products go to candle's `gemm`-backed matmul.
 
 mod f32_ops;
+mod interleave;
 mod matmul;
 mod quant;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use f32_ops::{add_in_place, axpy, dot, rms_norm, rope_in_place, silu_mul, softmax_in_place};
-pub use matmul::matmul;
+pub use f32_ops::{
+    add_in_place, axpy, axpy4, dot, dot4, rms_norm, rope_in_place, silu_mul, softmax_in_place,
+};
+pub use matmul::{gemm_bt, gemm_nn, matmul};
 pub use quant::{Format, QActivations, Weight, quantize_activations};
 
 /// Number of values per quantization block for every block format used here.

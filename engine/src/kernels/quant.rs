@@ -52,27 +52,29 @@ pub struct Weight {
     cols: usize,
     bytes: Vec<u8>,
     floats: Vec<f32>,
+    /// `bytes` is in the 8-row interleaved layout (see `interleave.rs`), not GGML's.
+    interleaved: bool,
 }
 
 impl Weight {
     /// Wraps f32 values (`rows * cols` of them).
     pub fn from_f32(rows: usize, cols: usize, floats: Vec<f32>) -> Self {
         assert_eq!(floats.len(), rows * cols, "f32 weight size");
-        Weight { format: Format::F32, rows, cols, bytes: Vec::new(), floats }
+        Weight { format: Format::F32, rows, cols, bytes: Vec::new(), floats, interleaved: false }
     }
 
     /// Wraps raw GGML blocks. `cols` must be a multiple of [`BLOCK`].
     pub fn from_blocks(format: Format, rows: usize, cols: usize, bytes: Vec<u8>) -> Self {
-        assert!(format != Format::F32 && cols % BLOCK == 0, "block weight shape");
+        assert!(format != Format::F32 && cols.is_multiple_of(BLOCK), "block weight shape");
         assert_eq!(bytes.len(), rows * cols / BLOCK * format.block_bytes(), "block weight size");
-        Weight { format, rows, cols, bytes, floats: Vec::new() }
+        Weight { format, rows, cols, bytes, floats: Vec::new(), interleaved: false }
     }
 
     /// Stacks matrices with the same format and column count into one (more rows), so that
     /// projections that read the same input (q/k/v, gate/up) run as one matmul.
     pub fn concat_rows(parts: &[Weight]) -> Self {
         let first = &parts[0];
-        assert!(parts.iter().all(|p| p.format == first.format && p.cols == first.cols));
+        assert!(parts.iter().all(|p| p.format == first.format && p.cols == first.cols && !p.interleaved));
         let rows = parts.iter().map(|p| p.rows).sum();
         Weight {
             format: first.format,
@@ -80,7 +82,27 @@ impl Weight {
             cols: first.cols,
             bytes: parts.iter().flat_map(|p| p.bytes.iter().copied()).collect(),
             floats: parts.iter().flat_map(|p| p.floats.iter().copied()).collect(),
+            interleaved: false,
         }
+    }
+
+    /// Puts the matrix in the layout the fastest available kernel wants: 4-bit matrices whose
+    /// rows come in groups of eight are interleaved when the AVX2 kernels run.
+    pub fn prepared(self) -> Self {
+        let wants = super::isa() == super::Isa::Avx2
+            && matches!(self.format, Format::Q4_0 | Format::Q4_1)
+            && self.rows.is_multiple_of(super::interleave::GROUP)
+            && !self.interleaved;
+        if !wants {
+            return self;
+        }
+        let bytes = super::interleave::interleave(self.format, self.rows, self.cols, &self.bytes);
+        Weight { bytes, interleaved: true, ..self }
+    }
+
+    /// Whether the blocks are in the 8-row interleaved layout.
+    pub(crate) fn interleaved(&self) -> bool {
+        self.interleaved
     }
 
     /// Storage format.
@@ -118,6 +140,10 @@ impl Weight {
         assert_eq!(out.len(), self.cols);
         if self.format == Format::F32 {
             out.copy_from_slice(&self.floats[r * self.cols..(r + 1) * self.cols]);
+            return;
+        }
+        if self.interleaved {
+            super::interleave::dequantize_row(self.format, self.cols, &self.bytes, r, out);
             return;
         }
         let row = &self.bytes[r * self.row_bytes()..(r + 1) * self.row_bytes()];
@@ -175,7 +201,7 @@ pub struct QActivations {
 
 /// Quantizes `rows` rows of `cols` f32 values (row-major in `x`) to 8-bit blocks.
 pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations {
-    assert!(cols % BLOCK == 0 && x.len() == rows * cols);
+    assert!(cols.is_multiple_of(BLOCK) && x.len() == rows * cols);
     let nb = rows * cols / BLOCK;
     let mut out = QActivations { rows, cols, q: vec![0; rows * cols], d: vec![0.0; nb], s: vec![0.0; nb] };
     for (b, (src, dst)) in x.chunks_exact(BLOCK).zip(out.q.chunks_exact_mut(BLOCK)).enumerate() {

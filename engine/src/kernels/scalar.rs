@@ -4,11 +4,13 @@
 use super::BLOCK;
 use super::quant::{Format, QActivations, Weight};
 
-/// Computes weight rows `rows` against every row of `qa` into `local[r_local * m + i]`.
+/// Computes weight rows `rows` against every row of `qa` into `local[i * rows.len() + r_local]`.
 pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
+    assert!(!w.interleaved(), "interleaved weights are only built for the AVX2 kernels");
     let m = qa.rows;
     let nb = w.cols() / BLOCK;
     let bb = w.format().block_bytes();
+    let width = rows.len();
     for (li, r) in rows.enumerate() {
         let wrow = &w.blocks()[r * w.row_bytes()..(r + 1) * w.row_bytes()];
         for i in 0..m {
@@ -19,7 +21,7 @@ pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QAct
                 let (da, sa) = (qa.d[i * nb + b], qa.s[i * nb + b]);
                 acc += block_dot(w.format(), blk, a, da, sa);
             }
-            local[li * m + i] = acc;
+            local[i * width + li] = acc;
         }
     }
 }

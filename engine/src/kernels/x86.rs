@@ -8,6 +8,7 @@
 #![allow(unsafe_code)]
 
 use super::BLOCK;
+use super::interleave::{GROUP, record_bytes};
 use super::quant::{Format, QActivations, Weight};
 use std::arch::x86_64::*;
 
@@ -15,7 +16,19 @@ use std::arch::x86_64::*;
 /// vector and temporaries within the 16 AVX2 registers.
 const TILE: usize = 4;
 
-/// Computes weight rows `rows` against every row of `qa` into `local[r_local * m + i]`.
+/// How far ahead of the block being multiplied the weight stream is prefetched. Without it the
+/// loop waits on each cache line in turn (measured: 30 → 75 tok/s single-thread q4_0 decode);
+/// a few hundred bytes cover the memory latency at the rate one core consumes blocks.
+const PREFETCH_BYTES: usize = 4096;
+
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    // SAFETY: a prefetch is a hint; it never faults, even for addresses past the allocation,
+    // and `wrapping_add` keeps the pointer arithmetic itself defined.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_BYTES).cast()) }
+}
+
+/// Computes weight rows `rows` against every row of `qa` into `local[i * rows.len() + r_local]`.
 pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
     let nb = w.cols() / BLOCK;
     let m = qa.rows;
@@ -30,8 +43,12 @@ pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QAct
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
+    if w.interleaved() {
+        return rows_x8(w, rows, qa, local);
+    }
     let m = qa.rows;
     let row_bytes = w.row_bytes();
+    let width = rows.len();
     for (li, r) in rows.enumerate() {
         let wrow = &w.blocks()[r * row_bytes..(r + 1) * row_bytes];
         let mut i = 0;
@@ -53,7 +70,9 @@ fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local:
                 (Format::Q4_1, _) => tile_q4::<1, true>(wrow, qa, i, &mut res),
                 (Format::F32, _) => unreachable!("f32 weights take the float path"),
             }
-            local[li * m + i..li * m + i + t].copy_from_slice(&res[..t]);
+            for (tt, &v) in res[..t].iter().enumerate() {
+                local[(i + tt) * width + li] = v;
+            }
             i += t;
         }
     }
@@ -84,6 +103,7 @@ fn tile_q8<const T: usize>(wrow: &[u8], qa: &QActivations, i0: usize, out: &mut 
         // activation block (i0+t, b) is in bounds of q/d for t < T ≤ m - i0.
         unsafe {
             let blk = wrow.as_ptr().add(b * 34);
+            prefetch(blk);
             let dw = f16_to_f32(blk);
             let wv = _mm256_loadu_si256(blk.add(2).cast());
             // maddubs wants u8 × i8: move the weight's sign onto the activation.
@@ -104,7 +124,12 @@ fn tile_q8<const T: usize>(wrow: &[u8], qa: &QActivations, i0: usize, out: &mut 
 
 /// `T` activation rows from `i0` against one q4_0 (`MIN = false`) or q4_1 weight row.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn tile_q4<const T: usize, const MIN: bool>(wrow: &[u8], qa: &QActivations, i0: usize, out: &mut [f32; TILE]) {
+fn tile_q4<const T: usize, const MIN: bool>(
+    wrow: &[u8],
+    qa: &QActivations,
+    i0: usize,
+    out: &mut [f32; TILE],
+) {
     let nb = qa.cols / BLOCK;
     let (bb, qs_at) = if MIN { (20, 4) } else { (18, 2) };
     let ones = _mm256_set1_epi16(1);
@@ -115,6 +140,7 @@ fn tile_q4<const T: usize, const MIN: bool>(wrow: &[u8], qa: &QActivations, i0: 
         // SAFETY: as in `tile_q8`, with 18- or 20-byte blocks.
         unsafe {
             let blk = wrow.as_ptr().add(b * bb);
+            prefetch(blk);
             let dw = f16_to_f32(blk);
             let mw = if MIN { f16_to_f32(blk.add(2)) } else { -8.0 * dw };
             let packed = _mm_loadu_si128(blk.add(qs_at).cast());
@@ -133,6 +159,100 @@ fn tile_q4<const T: usize, const MIN: bool>(wrow: &[u8], qa: &QActivations, i0: 
     }
     for t in 0..T {
         out[t] = hsum(acc[t]) + offset[t];
+    }
+}
+
+/// Interleaved 4-bit weights: eight rows per record, results straight in vector lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
+    assert!(
+        rows.start.is_multiple_of(GROUP) && rows.end.is_multiple_of(GROUP),
+        "row ranges follow the 8-row groups"
+    );
+    let m = qa.rows;
+    let nb = qa.cols / BLOCK;
+    let rec = record_bytes(w.format());
+    let width = rows.len();
+    for g in rows.start / GROUP..rows.end / GROUP {
+        let group = &w.blocks()[g * nb * rec..(g + 1) * nb * rec];
+        let first = g * GROUP - rows.start;
+        let mut i = 0;
+        while i < m {
+            let t = (m - i).min(TILE);
+            let mut res = [[0f32; GROUP]; TILE];
+            match (w.format(), t) {
+                (Format::Q4_1, 4) => tile_x8::<4, true>(group, qa, i, &mut res),
+                (Format::Q4_1, 3) => tile_x8::<3, true>(group, qa, i, &mut res),
+                (Format::Q4_1, 2) => tile_x8::<2, true>(group, qa, i, &mut res),
+                (Format::Q4_1, _) => tile_x8::<1, true>(group, qa, i, &mut res),
+                (_, 4) => tile_x8::<4, false>(group, qa, i, &mut res),
+                (_, 3) => tile_x8::<3, false>(group, qa, i, &mut res),
+                (_, 2) => tile_x8::<2, false>(group, qa, i, &mut res),
+                (_, _) => tile_x8::<1, false>(group, qa, i, &mut res),
+            }
+            for (tt, lanes) in res[..t].iter().enumerate() {
+                let at = (i + tt) * width + first;
+                local[at..at + GROUP].copy_from_slice(lanes);
+            }
+            i += t;
+        }
+    }
+}
+
+/// `T` activation rows from `i0` against one 8-row group (q4_0, or q4_1 with `MIN`).
+/// Per block, the four nibble chunks give the eight quads of all eight rows; products are
+/// summed as i16 across the block (at most 8 pair sums of 15·127·2 = 3810: no overflow), then
+/// widened, scaled per row by d·da, and the offset m·(da·Σa) is added.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tile_x8<const T: usize, const MIN: bool>(
+    group: &[u8],
+    qa: &QActivations,
+    i0: usize,
+    res: &mut [[f32; GROUP]; TILE],
+) {
+    let nb = qa.cols / BLOCK;
+    let rec = if MIN { record_bytes(Format::Q4_1) } else { record_bytes(Format::Q4_0) };
+    let qs_at = rec - 128;
+    let low = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        // SAFETY: record b spans bytes [b*rec, (b+1)*rec) of `group` (nb records); activation
+        // block (i0+t, b) is in bounds for t < T ≤ m - i0 (asserted by `quantized_rows`).
+        unsafe {
+            let r = group.as_ptr().add(b * rec);
+            prefetch(r);
+            let dv = _mm256_cvtph_ps(_mm_loadu_si128(r.cast()));
+            let mv = if MIN {
+                _mm256_cvtph_ps(_mm_loadu_si128(r.add(16).cast()))
+            } else {
+                _mm256_mul_ps(dv, _mm256_set1_ps(-8.0))
+            };
+            let mut s16 = [_mm256_setzero_si256(); T];
+            for c in 0..4 {
+                let chunk = _mm256_loadu_si256(r.add(qs_at + 32 * c).cast());
+                let w_lo = _mm256_and_si256(chunk, low);
+                let w_hi = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
+                for (t, s) in s16.iter_mut().enumerate() {
+                    let a = qa.q.as_ptr().add(((i0 + t) * nb + b) * BLOCK);
+                    let a_lo = _mm256_set1_epi32(a.add(4 * c).cast::<i32>().read_unaligned());
+                    let a_hi = _mm256_set1_epi32(a.add(4 * (c + 4)).cast::<i32>().read_unaligned());
+                    *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_lo, a_lo));
+                    *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_hi, a_hi));
+                }
+            }
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let idx = (i0 + t) * nb + b;
+                let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones));
+                let scale = _mm256_mul_ps(dv, _mm256_set1_ps(*qa.d.get_unchecked(idx)));
+                *acc = _mm256_fmadd_ps(isum, scale, *acc);
+                *acc = _mm256_fmadd_ps(mv, _mm256_set1_ps(*qa.s.get_unchecked(idx)), *acc);
+            }
+        }
+    }
+    for t in 0..T {
+        // SAFETY: res[t] is 8 f32s, one unaligned 256-bit store.
+        unsafe { _mm256_storeu_ps(res[t].as_mut_ptr(), acc[t]) };
     }
 }
 
@@ -171,7 +291,7 @@ mod tests {
             eprintln!("no AVX2 on this CPU: the scalar kernels are the only path here");
             return;
         }
-        let (rows, cols) = (7, 96);
+        let (rows, cols) = (16, 96);
         for format in [Format::Q8_0, Format::Q4_0, Format::Q4_1] {
             let w = random_blocks(format, rows, cols, 42);
             for m in 1..=9 {
@@ -183,6 +303,30 @@ mod tests {
                 scalar::quantized_rows(&w, 0..rows, &qa, &mut b);
                 for (x, y) in a.iter().zip(&b) {
                     assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{format:?} m={m}: {x} vs {y}");
+                }
+                // The interleaved layout (4-bit only) gives the same products, in two halves
+                // as the thread pool would split them.
+                let wx = w.clone().prepared();
+                if wx.interleaved() {
+                    let (mut lo, mut hi) = (vec![0f32; 8 * m], vec![0f32; (rows - 8) * m]);
+                    quantized_rows(&wx, 0..8, &qa, &mut lo);
+                    quantized_rows(&wx, 8..rows, &qa, &mut hi);
+                    for i in 0..m {
+                        let row =
+                            lo[i * 8..(i + 1) * 8].iter().chain(&hi[i * (rows - 8)..(i + 1) * (rows - 8)]);
+                        for (x, y) in row.zip(&b[i * rows..(i + 1) * rows]) {
+                            assert!(
+                                (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                                "interleaved {format:?} m={m}: {x} vs {y}"
+                            );
+                        }
+                    }
+                    let (mut r1, mut r2) = (vec![0f32; cols], vec![0f32; cols]);
+                    for r in 0..rows {
+                        w.dequantize_row(r, &mut r1);
+                        wx.dequantize_row(r, &mut r2);
+                        assert_eq!(r1, r2, "interleaved dequantization of row {r}");
+                    }
                 }
             }
         }

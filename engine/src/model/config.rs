@@ -99,11 +99,11 @@ impl LlamaConfig {
         let ok = self.layers > 0
             && self.heads > 0
             && self.kv_heads > 0
-            && self.heads % self.kv_heads == 0
-            && self.head_dim % 2 == 0
+            && self.heads.is_multiple_of(self.kv_heads)
+            && self.head_dim.is_multiple_of(2)
             && self.heads * self.head_dim == self.embedding
-            && self.embedding % crate::kernels::BLOCK == 0
-            && self.feed_forward % crate::kernels::BLOCK == 0;
+            && self.embedding.is_multiple_of(crate::kernels::BLOCK)
+            && self.feed_forward.is_multiple_of(crate::kernels::BLOCK);
         if ok { Ok(()) } else { Err(EngineError::model(format!("unsupported model shape: {self:?}"))) }
     }
 }

@@ -7,7 +7,9 @@
 use super::Model;
 use super::kv::{KvCache, SeqCache};
 use crate::error::EngineError;
-use crate::kernels::{add_in_place, axpy, dot, matmul, rms_norm, rope_in_place, silu_mul};
+use crate::kernels::{
+    add_in_place, axpy, axpy4, dot, dot4, matmul, rms_norm, rope_in_place, silu_mul, softmax_in_place,
+};
 use rayon::prelude::*;
 
 /// One sequence's part of a step.
@@ -26,6 +28,14 @@ impl Model {
     /// KV blocks are reserved for every sequence before any compute, so a full cache fails the
     /// step cleanly (nothing is written, no sequence advances).
     pub fn forward(
+        &self,
+        kv: &mut KvCache,
+        batch: &mut [SeqStep<'_>],
+    ) -> Result<Vec<Option<Vec<f32>>>, EngineError> {
+        crate::threads::pool().install(|| self.forward_in_pool(kv, batch))
+    }
+
+    fn forward_in_pool(
         &self,
         kv: &mut KvCache,
         batch: &mut [SeqStep<'_>],
@@ -82,7 +92,8 @@ impl Model {
             matmul(&h, rows, &layer.qkv, &mut qkv);
             for (r, row) in qkv.chunks_exact_mut(qkv_w).enumerate() {
                 let p = pos_of[r];
-                let (cos, sin) = (&self.rope_cos[p * half..(p + 1) * half], &self.rope_sin[p * half..(p + 1) * half]);
+                let (cos, sin) =
+                    (&self.rope_cos[p * half..(p + 1) * half], &self.rope_sin[p * half..(p + 1) * half]);
                 // q heads and k heads rotate; v (the tail) does not.
                 for head in row[..(nh + nkv) * hd].chunks_exact_mut(hd) {
                     rope_in_place(head, cos, sin);
@@ -117,7 +128,12 @@ impl Model {
             .collect();
         let mut last = vec![0f32; wanted.len() * d];
         for (i, &r) in wanted.iter().enumerate() {
-            rms_norm(&x[r * d..(r + 1) * d], &self.weights.output_norm, cfg.rms_eps, &mut last[i * d..(i + 1) * d]);
+            rms_norm(
+                &x[r * d..(r + 1) * d],
+                &self.weights.output_norm,
+                cfg.rms_eps,
+                &mut last[i * d..(i + 1) * d],
+            );
         }
         let vocab = cfg.vocab_size;
         let mut logits = vec![0f32; wanted.len() * vocab];
@@ -133,7 +149,7 @@ impl Model {
         Ok(out)
     }
 
-    /// Causal attention for every (sequence, query head) pair in parallel; writes `attn`
+    /// Causal attention, in parallel over (sequence, KV head, block of queries); writes `attn`
     /// (`rows × heads·head_dim`). Keys/values come from the cache, which already holds this
     /// step's tokens.
     fn attention(
@@ -147,44 +163,134 @@ impl Model {
     ) {
         let cfg = &self.config;
         let (hd, nh, nkv) = (cfg.head_dim, cfg.heads, cfg.kv_heads);
-        let qkv_w = (nh + 2 * nkv) * hd;
         let group = nh / nkv;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let tasks: Vec<(usize, usize)> = (0..batch.len()).flat_map(|s| (0..nh).map(move |h| (s, h))).collect();
+        let mut tasks = Vec::new();
+        for (si, s) in batch.iter().enumerate() {
+            for g in 0..nkv {
+                for q0 in (0..s.tokens.len()).step_by(ATTENTION_QUERY_BLOCK) {
+                    tasks.push(AttentionTask { seq: si, kv_head: g, first_query: q0 });
+                }
+            }
+        }
         let results: Vec<Vec<f32>> = tasks
             .par_iter()
-            .map(|&(si, head)| {
-                let s = &batch[si];
-                let n = s.tokens.len();
-                let start = s.cache.len();
-                let mut out = vec![0f32; n * hd];
-                let mut scores = Vec::with_capacity(start + n);
-                for i in 0..n {
-                    let r = first_row[si] + i;
-                    let q = &qkv[r * qkv_w + head * hd..r * qkv_w + (head + 1) * hd];
-                    let visible = start + i + 1;
-                    scores.clear();
-                    for (keys, _) in kv.blocks_of(layer, s.cache, head / group, visible) {
-                        scores.extend(keys.chunks_exact(hd).map(|k| dot(q, k) * scale));
-                    }
-                    crate::kernels::softmax_in_place(&mut scores);
-                    let o = &mut out[i * hd..(i + 1) * hd];
-                    let mut p = scores.iter();
-                    for (_, values) in kv.blocks_of(layer, s.cache, head / group, visible) {
-                        for (v, &w) in values.chunks_exact(hd).zip(&mut p) {
-                            axpy(w, v, o);
+            .map(|t| {
+                let s = &batch[t.seq];
+                let nq = (s.tokens.len() - t.first_query).min(ATTENTION_QUERY_BLOCK);
+                let ctx = AttentionInputs {
+                    kv,
+                    layer,
+                    cache: s.cache,
+                    start: s.cache.len() + t.first_query,
+                    hd,
+                    group,
+                };
+                let q_row = |h: usize, i: usize| {
+                    let r = first_row[t.seq] + t.first_query + i;
+                    let at = r * (nh + 2 * nkv) * hd + (t.kv_head * group + h) * hd;
+                    &qkv[at..at + hd]
+                };
+                ctx.attend(t.kv_head, nq, q_row)
+            })
+            .collect();
+        // Each result is `group` heads × nq queries × head_dim.
+        let d = nh * hd;
+        for (t, out) in tasks.iter().zip(results) {
+            let nq = out.len() / (group * hd);
+            for h in 0..group {
+                let head = t.kv_head * group + h;
+                for i in 0..nq {
+                    let r = first_row[t.seq] + t.first_query + i;
+                    let src = &out[(h * nq + i) * hd..(h * nq + i + 1) * hd];
+                    attn[r * d + head * hd..r * d + (head + 1) * hd].copy_from_slice(src);
+                }
+            }
+        }
+    }
+}
+
+/// Queries per attention task: small enough that a long prompt splits across threads.
+const ATTENTION_QUERY_BLOCK: usize = 64;
+
+struct AttentionTask {
+    seq: usize,
+    kv_head: usize,
+    first_query: usize,
+}
+
+/// What one attention task reads: the cache of its sequence and where its queries start.
+struct AttentionInputs<'a> {
+    kv: &'a KvCache,
+    layer: usize,
+    cache: &'a SeqCache,
+    /// Position of the task's first query.
+    start: usize,
+    hd: usize,
+    group: usize,
+}
+
+impl AttentionInputs<'_> {
+    /// Per query row: scores against every visible key, softmax, weighted sum of values.
+    /// Rows go four at a time so each key and value vector is loaded once for four queries,
+    /// but every row's arithmetic is exactly that of a lone decode row ([`dot4`] equals four
+    /// [`dot`]s bit for bit). So a sequence's logits do not depend on how its prompt was
+    /// chunked or what else shared the step, and greedy output is the same batched or alone.
+    fn attend<'q>(&self, g: usize, nq: usize, q_row: impl Fn(usize, usize) -> &'q [f32]) -> Vec<f32> {
+        let hd = self.hd;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let rows = self.group * nq;
+        let mut out = vec![0f32; rows * hd];
+        let mut scores: [Vec<f32>; 4] = Default::default();
+        for r0 in (0..rows).step_by(4) {
+            let n = (rows - r0).min(4);
+            let qs: Vec<&[f32]> = (r0..r0 + n).map(|r| q_row(r / nq, r % nq)).collect();
+            let visible: Vec<usize> = (r0..r0 + n).map(|r| self.start + r % nq + 1).collect();
+            let longest = visible.iter().copied().max().unwrap_or(0);
+            // Scores for all four rows up to the longest visible length; each row then keeps
+            // its own prefix (a row never reads keys past its position).
+            for s in &mut scores[..n] {
+                s.clear();
+            }
+            for (keys, _) in self.kv.blocks_of(self.layer, self.cache, g, longest) {
+                for k in keys.chunks_exact(hd) {
+                    if n == 4 {
+                        let d = dot4([qs[0], qs[1], qs[2], qs[3]], k);
+                        for (s, d) in scores.iter_mut().zip(d) {
+                            s.push(d * scale);
+                        }
+                    } else {
+                        for (s, q) in scores.iter_mut().zip(&qs) {
+                            s.push(dot(q, k) * scale);
                         }
                     }
                 }
-                out
-            })
-            .collect();
-        let d = nh * hd;
-        for (&(si, head), out) in tasks.iter().zip(results) {
-            for (i, row) in out.chunks_exact(hd).enumerate() {
-                let r = first_row[si] + i;
-                attn[r * d + head * hd..r * d + (head + 1) * hd].copy_from_slice(row);
+            }
+            for (s, &v) in scores[..n].iter_mut().zip(&visible) {
+                s.truncate(v);
+                softmax_in_place(s);
+            }
+            let block = &mut out[r0 * hd..(r0 + n) * hd];
+            let shortest = visible.iter().copied().min().unwrap_or(0);
+            let mut pos = 0;
+            for (_, values) in self.kv.blocks_of(self.layer, self.cache, g, longest) {
+                for v in values.chunks_exact(hd) {
+                    if n == 4 && pos < shortest {
+                        let (o01, o23) = block.split_at_mut(2 * hd);
+                        let (o0, o1) = o01.split_at_mut(hd);
+                        let (o2, o3) = o23.split_at_mut(hd);
+                        let w = [scores[0][pos], scores[1][pos], scores[2][pos], scores[3][pos]];
+                        axpy4(w, v, [o0, o1, o2, o3]);
+                    } else {
+                        for (j, o) in block.chunks_exact_mut(hd).enumerate() {
+                            if pos < visible[j] {
+                                axpy(scores[j][pos], v, o);
+                            }
+                        }
+                    }
+                    pos += 1;
+                }
             }
         }
+        out
     }
 }

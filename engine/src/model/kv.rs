@@ -109,8 +109,17 @@ impl KvCache {
     }
 
     /// Stores the key and value of `head` for the token at `pos` of `seq` in `layer`.
-    pub(crate) fn write(&mut self, layer: usize, seq: &SeqCache, pos: usize, head: usize, k: &[f32], v: &[f32]) {
-        let at = self.offset(layer, seq.blocks[pos / BLOCK_TOKENS], head) + (pos % BLOCK_TOKENS) * self.head_dim;
+    pub(crate) fn write(
+        &mut self,
+        layer: usize,
+        seq: &SeqCache,
+        pos: usize,
+        head: usize,
+        k: &[f32],
+        v: &[f32],
+    ) {
+        let at =
+            self.offset(layer, seq.blocks[pos / BLOCK_TOKENS], head) + (pos % BLOCK_TOKENS) * self.head_dim;
         self.keys[at..at + self.head_dim].copy_from_slice(k);
         self.values[at..at + self.head_dim].copy_from_slice(v);
     }

@@ -50,7 +50,10 @@ pub struct Weights {
 impl Weights {
     /// Bytes held by all parameters.
     pub fn size_bytes(&self) -> usize {
-        let mats = self.layers.iter().map(|l| l.qkv.size_bytes() + l.out.size_bytes() + l.gate_up.size_bytes() + l.down.size_bytes());
+        let mats = self
+            .layers
+            .iter()
+            .map(|l| l.qkv.size_bytes() + l.out.size_bytes() + l.gate_up.size_bytes() + l.down.size_bytes());
         let norms = self.layers.iter().map(|l| 4 * (l.attn_norm.len() + l.ffn_norm.len()));
         self.embedding.size_bytes()
             + self.head.as_ref().map_or(0, Weight::size_bytes)
@@ -66,7 +69,9 @@ impl Weights {
 }
 
 /// Parses the GGUF header and metadata of `path`.
-pub fn read_content(path: &Path) -> Result<(gguf_file::Content, std::io::BufReader<std::fs::File>), EngineError> {
+pub fn read_content(
+    path: &Path,
+) -> Result<(gguf_file::Content, std::io::BufReader<std::fs::File>), EngineError> {
     let file = std::fs::File::open(path)
         .map_err(|e| EngineError::model(format!("cannot open model file {}: {e}", path.display())))?;
     let mut reader = std::io::BufReader::new(file);
@@ -155,28 +160,34 @@ pub fn load_weights(
         to_weight(name, t, target_format(tier, t.dtype(), embedding))
     };
     let d = cfg.embedding;
-    let layers = (0..cfg.layers)
-        .into_par_iter()
-        .map(|i| {
-            let p = |s: &str| format!("blk.{i}.{s}.weight");
-            let stacked = |names: &[&str]| -> Result<Weight, EngineError> {
-                let parts = names.iter().map(|n| matrix(&p(n), false)).collect::<Result<Vec<_>, _>>()?;
-                Ok(Weight::concat_rows(&parts))
-            };
-            let layer = Layer {
-                attn_norm: to_vector(&p("attn_norm"), take(&p("attn_norm"))?, d)?,
-                qkv: stacked(&["attn_q", "attn_k", "attn_v"])?,
-                out: matrix(&p("attn_output"), false)?,
-                ffn_norm: to_vector(&p("ffn_norm"), take(&p("ffn_norm"))?, d)?,
-                gate_up: stacked(&["ffn_gate", "ffn_up"])?,
-                down: matrix(&p("ffn_down"), false)?,
-            };
-            check_layer(i, &layer, cfg)?;
-            Ok(layer)
-        })
-        .collect::<Result<Vec<_>, EngineError>>()?;
-    let embedding = matrix("token_embd.weight", true)?;
-    let head = if raw.contains_key("output.weight") { Some(matrix("output.weight", true)?) } else { None };
+    let layers = crate::threads::pool().install(|| {
+        (0..cfg.layers)
+            .into_par_iter()
+            .map(|i| {
+                let p = |s: &str| format!("blk.{i}.{s}.weight");
+                let stacked = |names: &[&str]| -> Result<Weight, EngineError> {
+                    let parts = names.iter().map(|n| matrix(&p(n), false)).collect::<Result<Vec<_>, _>>()?;
+                    Ok(Weight::concat_rows(&parts).prepared())
+                };
+                let layer = Layer {
+                    attn_norm: to_vector(&p("attn_norm"), take(&p("attn_norm"))?, d)?,
+                    qkv: stacked(&["attn_q", "attn_k", "attn_v"])?,
+                    out: matrix(&p("attn_output"), false)?.prepared(),
+                    ffn_norm: to_vector(&p("ffn_norm"), take(&p("ffn_norm"))?, d)?,
+                    gate_up: stacked(&["ffn_gate", "ffn_up"])?,
+                    down: matrix(&p("ffn_down"), false)?.prepared(),
+                };
+                check_layer(i, &layer, cfg)?;
+                Ok(layer)
+            })
+            .collect::<Result<Vec<_>, EngineError>>()
+    })?;
+    let embedding = matrix("token_embd.weight", true)?.prepared();
+    let head = if raw.contains_key("output.weight") {
+        Some(matrix("output.weight", true)?.prepared())
+    } else {
+        None
+    };
     if embedding.rows() != cfg.vocab_size || embedding.cols() != d {
         return Err(EngineError::model(format!(
             "token_embd is {}×{}, expected {}×{d}",
@@ -185,7 +196,12 @@ pub fn load_weights(
             cfg.vocab_size
         )));
     }
-    Ok(Weights { embedding, head, output_norm: to_vector("output_norm", take("output_norm.weight")?, d)?, layers })
+    Ok(Weights {
+        embedding,
+        head,
+        output_norm: to_vector("output_norm", take("output_norm.weight")?, d)?,
+        layers,
+    })
 }
 
 fn check_layer(i: usize, l: &Layer, cfg: &LlamaConfig) -> Result<(), EngineError> {

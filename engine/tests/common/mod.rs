@@ -1,5 +1,6 @@
 //! Shared helpers for the engine's real-model tests.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)]
 
 use pacer_engine::{LoadedModel, Tier};
 use std::path::PathBuf;
@@ -15,9 +16,11 @@ pub fn model_path() -> PathBuf {
     }
 }
 
+type ModelCache = Mutex<Vec<(Tier, Arc<LoadedModel>)>>;
+
 /// One loaded model per tier per test binary (loading converts ~135M parameters).
 pub fn loaded(tier: Tier) -> Arc<LoadedModel> {
-    static CACHE: OnceLock<Mutex<Vec<(Tier, Arc<LoadedModel>)>>> = OnceLock::new();
+    static CACHE: OnceLock<ModelCache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, m)) = cache.iter().find(|(t, _)| *t == tier) {
