@@ -46,8 +46,8 @@ struct ModelArgs {
     /// GGUF model file [default: the model `scripts/fetch-model.sh` caches].
     #[arg(long, env = "PACER_MODEL")]
     model: Option<PathBuf>,
-    /// Quantization tier of the weights: f32, q8_0, q4_0 (fastest on CPU) or native (as stored).
-    #[arg(long, env = "PACER_TIER", default_value = "q4_0")]
+    /// Quantization tier of the weights: f32, q8_0, q4_0, or native (as stored in the file).
+    #[arg(long, env = "PACER_TIER", default_value = "native")]
     tier: Tier,
     /// Compute threads [default: the CPUs this process may use, after cgroup quota].
     #[arg(long, env = "PACER_THREADS")]
@@ -265,7 +265,7 @@ fn info(args: InfoArgs) -> Result<()> {
             "chat_template": tokenizer.chat_template().is_some(),
         },
         "tiers": Tier::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
-        "default_tier": Tier::Q4_0.as_str(),
+        "default_tier": Tier::Native.as_str(),
         "kv_bytes_per_token": KvCache::bytes_per_token(&cfg),
     });
     if args.json {
@@ -293,7 +293,7 @@ fn info(args: InfoArgs) -> Result<()> {
     println!("stop tokens   {}", info["tokenizer"]["stop_tokens"]);
     println!("chat template {}", if tokenizer.chat_template().is_some() { "yes" } else { "no" });
     println!("KV per token  {} bytes", KvCache::bytes_per_token(&cfg));
-    println!("tiers         f32, q8_0, q4_0 (default), native");
+    println!("tiers         f32, q8_0, q4_0, native (default: as stored, {formats:?})");
     Ok(())
 }
 

@@ -117,9 +117,11 @@ pub enum Tier {
     F32,
     /// 8-bit blocks.
     Q8_0,
-    /// 4-bit blocks with one scale: the fastest tier on CPU, and the default.
+    /// 4-bit blocks with one scale: the smallest and fastest tier.
     Q4_0,
-    /// As stored in the file (formats the kernels lack are converted to q8_0).
+    /// As stored in the file (formats the kernels lack are converted to q8_0): the engine's
+    /// default, since a 4-bit file (SmolLM2's Q4_1) then runs as fast as `q4_0` without the
+    /// precision lost by requantizing it.
     Native,
 }
 
