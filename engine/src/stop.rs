@@ -3,6 +3,15 @@
 //! longer match (it is released).
 
 /// Matches stop strings across token boundaries.
+///
+/// ```
+/// use pacer_engine::stop::StopMatcher;
+///
+/// let mut m = StopMatcher::new(["\nUser:".to_string()]);
+/// assert_eq!(m.push("Sure.\nUs").text, "Sure."); // "\nUs" is held: it may start the stop
+/// let end = m.push("er: next");
+/// assert!(end.stopped && end.text.is_empty());
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct StopMatcher {
     stops: Vec<String>,

@@ -6,8 +6,22 @@
 
 mod common;
 
-use pacer_engine::Tier;
 use pacer_engine::model::{SeqCache, SeqStep};
+use pacer_engine::{LoadedModel, Tier};
+
+/// Next-token logits after every prefix of `tokens`, feeding one token per step (which also
+/// exercises the KV cache at every position).
+fn teacher_forced(m: &LoadedModel, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let mut kv = m.model.new_kv_cache(tokens.len() + 16);
+    let mut seq = SeqCache::new();
+    tokens
+        .iter()
+        .map(|tok| {
+            let step = SeqStep { cache: &mut seq, tokens: std::slice::from_ref(tok), logits: true };
+            m.model.forward(&mut kv, &mut [step]).unwrap().remove(0).unwrap()
+        })
+        .collect()
+}
 
 #[test]
 fn tokenizer_matches_llama_cpp_and_round_trips() {
@@ -52,18 +66,7 @@ fn f32_logits_match_llama_cpp_teacher_forced() {
             case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let positions = case["positions"].as_array().unwrap();
         assert_eq!(positions.len(), tokens.len());
-        let mut kv = m.model.new_kv_cache(tokens.len() + 16);
-        let mut seq = SeqCache::new();
-        for (p, (tok, want)) in tokens.iter().zip(positions).enumerate() {
-            let logits = m
-                .model
-                .forward(
-                    &mut kv,
-                    &mut [SeqStep { cache: &mut seq, tokens: std::slice::from_ref(tok), logits: true }],
-                )
-                .unwrap()
-                .remove(0)
-                .unwrap();
+        for (p, (logits, want)) in teacher_forced(&m, &tokens).iter().zip(positions).enumerate() {
             let want_ids: Vec<u32> =
                 want["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
             let want_logits: Vec<f32> =
@@ -102,19 +105,8 @@ fn agreement_with_f32_reference(tier: Tier) -> (f64, f32) {
     for case in reference["cases"].as_array().unwrap() {
         let tokens: Vec<u32> =
             case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        let mut kv = m.model.new_kv_cache(tokens.len() + 16);
-        let mut seq = SeqCache::new();
-        for (tok, want) in tokens.iter().zip(case["positions"].as_array().unwrap()) {
-            let logits = m
-                .model
-                .forward(
-                    &mut kv,
-                    &mut [SeqStep { cache: &mut seq, tokens: std::slice::from_ref(tok), logits: true }],
-                )
-                .unwrap()
-                .remove(0)
-                .unwrap();
-            let top = pacer_engine::sampling::argmax(&logits);
+        for (logits, want) in teacher_forced(&m, &tokens).iter().zip(case["positions"].as_array().unwrap()) {
+            let top = pacer_engine::sampling::argmax(logits);
             agree += usize::from(u64::from(top) == want["ids"][0].as_u64().unwrap());
             total += 1;
             for (id, wl) in want["ids"].as_array().unwrap().iter().zip(want["logits"].as_array().unwrap()) {

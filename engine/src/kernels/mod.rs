@@ -18,7 +18,7 @@ mod x86;
 pub use f32_ops::{
     add_in_place, axpy, axpy4, dot, dot4, rms_norm, rope_in_place, silu_mul, softmax_in_place,
 };
-pub use matmul::{gemm_bt, gemm_nn, matmul};
+pub use matmul::{gemm_bt, matmul};
 pub use quant::{Format, QActivations, Weight, quantize_activations};
 
 /// Number of values per quantization block for every block format used here.

@@ -157,6 +157,16 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
+/// Scale `d`, offset `m` (value = d·q + m; q4_0's is −8·d) and the 16 nibble bytes of a GGML
+/// q4_0 or q4_1 block.
+pub(crate) fn q4_fields(format: Format, blk: &[u8]) -> (f32, f32, &[u8]) {
+    let d = f16_at(blk, 0);
+    match format {
+        Format::Q4_1 => (d, f16_at(blk, 2), &blk[4..20]),
+        _ => (d, -8.0 * d, &blk[2..18]),
+    }
+}
+
 /// Dequantizes one GGML block into 32 f32 values.
 pub(crate) fn dequantize_block(format: Format, blk: &[u8], dst: &mut [f32]) {
     match format {
@@ -168,13 +178,7 @@ pub(crate) fn dequantize_block(format: Format, blk: &[u8], dst: &mut [f32]) {
             }
         }
         Format::Q4_0 | Format::Q4_1 => {
-            let (d, m, qs) = match format {
-                Format::Q4_0 => {
-                    let d = f16_at(blk, 0);
-                    (d, -8.0 * d, &blk[2..18])
-                }
-                _ => (f16_at(blk, 0), f16_at(blk, 2), &blk[4..20]),
-            };
+            let (d, m, qs) = q4_fields(format, blk);
             for (j, &q) in qs.iter().enumerate() {
                 dst[j] = d * f32::from(q & 0x0f) + m;
                 dst[j + 16] = d * f32::from(q >> 4) + m;

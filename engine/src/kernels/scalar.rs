@@ -2,7 +2,7 @@
 //! SIMD kernels are tested against.
 
 use super::BLOCK;
-use super::quant::{Format, QActivations, Weight};
+use super::quant::{Format, QActivations, Weight, q4_fields};
 
 /// Computes weight rows `rows` against every row of `qa` into `local[i * rows.len() + r_local]`.
 pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
@@ -38,13 +38,7 @@ fn block_dot(format: Format, blk: &[u8], a: &[i8], da: f32, sa: f32) -> f32 {
             f16_at(blk, 0) * da * isum as f32
         }
         Format::Q4_0 | Format::Q4_1 => {
-            let (d, m, qs) = match format {
-                Format::Q4_0 => {
-                    let d = f16_at(blk, 0);
-                    (d, -8.0 * d, &blk[2..18])
-                }
-                _ => (f16_at(blk, 0), f16_at(blk, 2), &blk[4..20]),
-            };
+            let (d, m, qs) = q4_fields(format, blk);
             let mut isum = 0i32;
             for (j, &q) in qs.iter().enumerate() {
                 isum += i32::from(q & 0x0f) * i32::from(a[j]) + i32::from(q >> 4) * i32::from(a[j + 16]);

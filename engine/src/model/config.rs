@@ -110,6 +110,14 @@ impl LlamaConfig {
 
 /// Quantization tier of the weight matrices, chosen at load. Ordered from most precise to
 /// fastest; norms always stay f32.
+///
+/// ```
+/// use pacer_engine::Tier;
+///
+/// assert_eq!("q4_0".parse::<Tier>(), Ok(Tier::Q4_0));
+/// assert_eq!(Tier::Native.to_string(), "native");
+/// assert!("q4_k".parse::<Tier>().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
