@@ -26,3 +26,7 @@ cargo clippy --workspace --all-targets --release --locked -- -D warnings
 
 step "tests (unit, and the engine on the real model)"
 cargo test --workspace --release --locked
+
+# CPUs without AVX2 run the portable kernels; hold them to the same real-model tests.
+step "engine on the real model with the portable (scalar) kernels"
+PACER_KERNELS=scalar cargo test --release --locked -p pacer-engine --test model --test reference

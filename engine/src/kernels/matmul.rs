@@ -88,7 +88,7 @@ fn quantized_rows(
 ) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => super::x86::quantized_rows(w, rows, qa, local),
+        Isa::Avx2 | Isa::Avx2Vnni => super::x86::quantized_rows(w, rows, qa, local),
         _ => scalar::quantized_rows(w, rows, qa, local),
     }
 }

@@ -31,14 +31,24 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C.
     Avx2,
+    /// AVX2 plus AVX-VNNI: `vpdpbusd` replaces the `maddubs`/add pairs of the 4-bit kernel.
+    Avx2Vnni,
 }
 
-/// The best kernel set this CPU supports. `PACER_KERNELS=scalar` forces the portable path
-/// (useful to compare, and to test the scalar kernels on an AVX2 machine).
+impl Isa {
+    /// Whether the AVX2 kernels (and the layouts built for them) apply.
+    pub fn has_avx2(self) -> bool {
+        matches!(self, Isa::Avx2 | Isa::Avx2Vnni)
+    }
+}
+
+/// The best kernel set this CPU supports. `PACER_KERNELS=scalar` forces the portable path and
+/// `PACER_KERNELS=avx2` AVX2 without VNNI (to compare, and to test every path on one machine).
 pub fn isa() -> Isa {
     static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
     *ISA.get_or_init(|| {
-        if std::env::var("PACER_KERNELS").is_ok_and(|v| v == "scalar") {
+        let forced = std::env::var("PACER_KERNELS").unwrap_or_default();
+        if forced == "scalar" {
             return Isa::Scalar;
         }
         #[cfg(target_arch = "x86_64")]
@@ -46,6 +56,9 @@ pub fn isa() -> Isa {
             && std::arch::is_x86_feature_detected!("fma")
             && std::arch::is_x86_feature_detected!("f16c")
         {
+            if forced != "avx2" && std::arch::is_x86_feature_detected!("avxvnni") {
+                return Isa::Avx2Vnni;
+            }
             return Isa::Avx2;
         }
         Isa::Scalar

@@ -89,7 +89,7 @@ impl Weight {
     /// Puts the matrix in the layout the fastest available kernel wants: 4-bit matrices whose
     /// rows come in groups of eight are interleaved when the AVX2 kernels run.
     pub fn prepared(self) -> Self {
-        let wants = super::isa() == super::Isa::Avx2
+        let wants = super::isa().has_avx2()
             && matches!(self.format, Format::Q4_0 | Format::Q4_1)
             && self.rows.is_multiple_of(super::interleave::GROUP)
             && !self.interleaved;

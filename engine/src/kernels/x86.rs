@@ -36,15 +36,15 @@ pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QAct
     // `block_bytes`, activation row i spans q[i*nb*32 ..], d/s[i*nb ..] for nb blocks.
     assert!(qa.cols == w.cols() && qa.q.len() == m * nb * BLOCK && qa.d.len() == m * nb);
     assert!(qa.s.len() == m * nb && rows.end <= w.rows() && local.len() >= rows.len() * m);
-    assert!(super::isa() == super::Isa::Avx2, "AVX2 kernels need AVX2, FMA and F16C");
+    assert!(super::isa().has_avx2(), "AVX2 kernels need AVX2, FMA and F16C");
     // SAFETY: `isa()` returns Avx2 only after run-time detection of avx2, fma and f16c.
-    unsafe { rows_avx2(w, rows, qa, local) }
+    unsafe { rows_avx2(w, rows, qa, local, super::isa() == super::Isa::Avx2Vnni) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
+fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32], vnni: bool) {
     if w.interleaved() {
-        return rows_x8(w, rows, qa, local);
+        return rows_x8(w, rows, qa, local, vnni);
     }
     let m = qa.rows;
     let row_bytes = w.row_bytes();
@@ -164,7 +164,8 @@ fn tile_q4<const T: usize, const MIN: bool>(
 
 /// Interleaved 4-bit weights: eight rows per record, results straight in vector lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32]) {
+/// `vnni` may be true only where the CPU has AVX-VNNI.
+fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32], vnni: bool) {
     assert!(
         rows.start.is_multiple_of(GROUP) && rows.end.is_multiple_of(GROUP),
         "row ranges follow the 8-row groups"
@@ -180,15 +181,21 @@ fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &
         while i < m {
             let t = (m - i).min(TILE);
             let mut res = [[0f32; GROUP]; TILE];
-            match (w.format(), t) {
-                (Format::Q4_1, 4) => tile_x8::<4, true>(group, qa, i, &mut res),
-                (Format::Q4_1, 3) => tile_x8::<3, true>(group, qa, i, &mut res),
-                (Format::Q4_1, 2) => tile_x8::<2, true>(group, qa, i, &mut res),
-                (Format::Q4_1, _) => tile_x8::<1, true>(group, qa, i, &mut res),
-                (_, 4) => tile_x8::<4, false>(group, qa, i, &mut res),
-                (_, 3) => tile_x8::<3, false>(group, qa, i, &mut res),
-                (_, 2) => tile_x8::<2, false>(group, qa, i, &mut res),
-                (_, _) => tile_x8::<1, false>(group, qa, i, &mut res),
+            let min = w.format() == Format::Q4_1;
+            if vnni {
+                // SAFETY: callers pass `vnni` only when run-time detection found AVX-VNNI.
+                unsafe { tile_x8_vnni_dispatch(min, t, group, qa, i, &mut res) };
+            } else {
+                match (min, t) {
+                    (true, 4) => tile_x8::<4, true>(group, qa, i, &mut res),
+                    (true, 3) => tile_x8::<3, true>(group, qa, i, &mut res),
+                    (true, 2) => tile_x8::<2, true>(group, qa, i, &mut res),
+                    (true, _) => tile_x8::<1, true>(group, qa, i, &mut res),
+                    (false, 4) => tile_x8::<4, false>(group, qa, i, &mut res),
+                    (false, 3) => tile_x8::<3, false>(group, qa, i, &mut res),
+                    (false, 2) => tile_x8::<2, false>(group, qa, i, &mut res),
+                    (false, _) => tile_x8::<1, false>(group, qa, i, &mut res),
+                }
             }
             for (tt, lanes) in res[..t].iter().enumerate() {
                 let at = (i + tt) * width + first;
@@ -199,12 +206,52 @@ fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &
     }
 }
 
-/// `T` activation rows from `i0` against one 8-row group (q4_0, or q4_1 with `MIN`).
-/// Per block, the four nibble chunks give the eight quads of all eight rows; products are
-/// summed as i16 across the block (at most 8 pair sums of 15·127·2 = 3810: no overflow), then
-/// widened, scaled per row by d·da, and the offset m·(da·Σa) is added.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+fn tile_x8_vnni_dispatch(
+    min: bool,
+    t: usize,
+    group: &[u8],
+    qa: &QActivations,
+    i: usize,
+    res: &mut [[f32; GROUP]; TILE],
+) {
+    // SAFETY (all arms): this function's own target features include the body's.
+    unsafe {
+        match (min, t) {
+            (true, 4) => tile_x8_body::<4, true, true>(group, qa, i, res),
+            (true, 3) => tile_x8_body::<3, true, true>(group, qa, i, res),
+            (true, 2) => tile_x8_body::<2, true, true>(group, qa, i, res),
+            (true, _) => tile_x8_body::<1, true, true>(group, qa, i, res),
+            (false, 4) => tile_x8_body::<4, false, true>(group, qa, i, res),
+            (false, 3) => tile_x8_body::<3, false, true>(group, qa, i, res),
+            (false, 2) => tile_x8_body::<2, false, true>(group, qa, i, res),
+            (false, _) => tile_x8_body::<1, false, true>(group, qa, i, res),
+        }
+    }
+}
+
+/// The AVX2 (no VNNI) instance of [`tile_x8_body`].
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tile_x8<const T: usize, const MIN: bool>(
+    group: &[u8],
+    qa: &QActivations,
+    i0: usize,
+    res: &mut [[f32; GROUP]; TILE],
+) {
+    // SAFETY: this function's target features are the body's when `VNNI` is false.
+    unsafe { tile_x8_body::<T, MIN, false>(group, qa, i0, res) }
+}
+
+/// `T` activation rows from `i0` against one 8-row group (q4_0, or q4_1 with `MIN`).
+/// Per block, the four nibble chunks give the eight quads of all eight rows. Without VNNI the
+/// products are summed as i16 across the block (at most 8 pair sums of 15·127·2 = 3810: no
+/// overflow) and widened once; with VNNI `vpdpbusd` accumulates i32 directly. Then each row is
+/// scaled by d·da and the offset m·(da·Σa) is added.
+///
+/// # Safety
+/// Only inlined into callers that enable avx2, fma, f16c (and avxvnni when `VNNI`).
+#[inline(always)]
+unsafe fn tile_x8_body<const T: usize, const MIN: bool, const VNNI: bool>(
     group: &[u8],
     qa: &QActivations,
     i0: usize,
@@ -213,13 +260,14 @@ fn tile_x8<const T: usize, const MIN: bool>(
     let nb = qa.cols / BLOCK;
     let rec = if MIN { record_bytes(Format::Q4_1) } else { record_bytes(Format::Q4_0) };
     let qs_at = rec - 128;
-    let low = _mm256_set1_epi8(0x0f);
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [_mm256_setzero_ps(); T];
-    for b in 0..nb {
-        // SAFETY: record b spans bytes [b*rec, (b+1)*rec) of `group` (nb records); activation
-        // block (i0+t, b) is in bounds for t < T ≤ m - i0 (asserted by `quantized_rows`).
-        unsafe {
+    // SAFETY: the CPU features are the caller's contract; record b spans bytes
+    // [b*rec, (b+1)*rec) of `group` (nb records); activation block (i0+t, b) is in bounds for
+    // t < T ≤ m - i0 (asserted by `quantized_rows`); res[t] holds 8 f32s.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0f);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [_mm256_setzero_ps(); T];
+        for b in 0..nb {
             let r = group.as_ptr().add(b * rec);
             prefetch(r);
             let dv = _mm256_cvtph_ps(_mm_loadu_si128(r.cast()));
@@ -228,31 +276,35 @@ fn tile_x8<const T: usize, const MIN: bool>(
             } else {
                 _mm256_mul_ps(dv, _mm256_set1_ps(-8.0))
             };
-            let mut s16 = [_mm256_setzero_si256(); T];
+            let mut sums = [_mm256_setzero_si256(); T];
             for c in 0..4 {
                 let chunk = _mm256_loadu_si256(r.add(qs_at + 32 * c).cast());
                 let w_lo = _mm256_and_si256(chunk, low);
                 let w_hi = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
-                for (t, s) in s16.iter_mut().enumerate() {
+                for (t, s) in sums.iter_mut().enumerate() {
                     let a = qa.q.as_ptr().add(((i0 + t) * nb + b) * BLOCK);
                     let a_lo = _mm256_set1_epi32(a.add(4 * c).cast::<i32>().read_unaligned());
                     let a_hi = _mm256_set1_epi32(a.add(4 * (c + 4)).cast::<i32>().read_unaligned());
-                    *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_lo, a_lo));
-                    *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_hi, a_hi));
+                    if VNNI {
+                        *s = _mm256_dpbusd_avx_epi32(*s, w_lo, a_lo);
+                        *s = _mm256_dpbusd_avx_epi32(*s, w_hi, a_hi);
+                    } else {
+                        *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_lo, a_lo));
+                        *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_hi, a_hi));
+                    }
                 }
             }
             for (t, acc) in acc.iter_mut().enumerate() {
                 let idx = (i0 + t) * nb + b;
-                let isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[t], ones));
+                let wide = if VNNI { sums[t] } else { _mm256_madd_epi16(sums[t], ones) };
                 let scale = _mm256_mul_ps(dv, _mm256_set1_ps(*qa.d.get_unchecked(idx)));
-                *acc = _mm256_fmadd_ps(isum, scale, *acc);
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(wide), scale, *acc);
                 *acc = _mm256_fmadd_ps(mv, _mm256_set1_ps(*qa.s.get_unchecked(idx)), *acc);
             }
         }
-    }
-    for t in 0..T {
-        // SAFETY: res[t] is 8 f32s, one unaligned 256-bit store.
-        unsafe { _mm256_storeu_ps(res[t].as_mut_ptr(), acc[t]) };
+        for t in 0..T {
+            _mm256_storeu_ps(res[t].as_mut_ptr(), acc[t]);
+        }
     }
 }
 
@@ -287,7 +339,7 @@ mod tests {
 
     #[test]
     fn avx2_matches_scalar_for_every_format_and_tile_remainder() {
-        if isa() != Isa::Avx2 {
+        if !isa().has_avx2() {
             eprintln!("no AVX2 on this CPU: the scalar kernels are the only path here");
             return;
         }
@@ -308,17 +360,23 @@ mod tests {
                 // as the thread pool would split them.
                 let wx = w.clone().prepared();
                 if wx.interleaved() {
-                    let (mut lo, mut hi) = (vec![0f32; 8 * m], vec![0f32; (rows - 8) * m]);
-                    quantized_rows(&wx, 0..8, &qa, &mut lo);
-                    quantized_rows(&wx, 8..rows, &qa, &mut hi);
-                    for i in 0..m {
-                        let row =
-                            lo[i * 8..(i + 1) * 8].iter().chain(&hi[i * (rows - 8)..(i + 1) * (rows - 8)]);
-                        for (x, y) in row.zip(&b[i * rows..(i + 1) * rows]) {
-                            assert!(
-                                (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                                "interleaved {format:?} m={m}: {x} vs {y}"
-                            );
+                    for vnni in [false, isa() == Isa::Avx2Vnni] {
+                        let (mut lo, mut hi) = (vec![0f32; 8 * m], vec![0f32; (rows - 8) * m]);
+                        // SAFETY: AVX2 was detected above; `vnni` only when AVX-VNNI was.
+                        unsafe {
+                            rows_avx2(&wx, 0..8, &qa, &mut lo, vnni);
+                            rows_avx2(&wx, 8..rows, &qa, &mut hi, vnni);
+                        }
+                        for i in 0..m {
+                            let row = lo[i * 8..(i + 1) * 8]
+                                .iter()
+                                .chain(&hi[i * (rows - 8)..(i + 1) * (rows - 8)]);
+                            for (x, y) in row.zip(&b[i * rows..(i + 1) * rows]) {
+                                assert!(
+                                    (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                                    "interleaved {format:?} m={m} vnni={vnni}: {x} vs {y}"
+                                );
+                            }
                         }
                     }
                     let (mut r1, mut r2) = (vec![0f32; cols], vec![0f32; cols]);
