@@ -42,16 +42,20 @@ pub fn dot4(a: [&[f32]; 4], b: &[f32]) -> [f32; 4] {
     let (a0, a1, a2, a3) = (&a0[..n], &a1[..n], &a2[..n], &a3[..n]);
     let (mut c0, mut c1, mut c2, mut c3) = ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
     let full = n - n % LANES;
-    let mut c = 0;
-    while c < full {
+    // Fixed-length chunks let the compiler drop bounds checks and keep the lanes in vectors.
+    let chunks = a0
+        .chunks_exact(LANES)
+        .zip(a1.chunks_exact(LANES))
+        .zip(a2.chunks_exact(LANES))
+        .zip(a3.chunks_exact(LANES))
+        .zip(b.chunks_exact(LANES));
+    for ((((x0, x1), x2), x3), y) in chunks {
         for j in 0..LANES {
-            let y = b[c + j];
-            c0[j] = a0[c + j].mul_add(y, c0[j]);
-            c1[j] = a1[c + j].mul_add(y, c1[j]);
-            c2[j] = a2[c + j].mul_add(y, c2[j]);
-            c3[j] = a3[c + j].mul_add(y, c3[j]);
+            c0[j] = x0[j].mul_add(y[j], c0[j]);
+            c1[j] = x1[j].mul_add(y[j], c1[j]);
+            c2[j] = x2[j].mul_add(y[j], c2[j]);
+            c3[j] = x3[j].mul_add(y[j], c3[j]);
         }
-        c += LANES;
     }
     let mut out = [reduce(&c0), reduce(&c1), reduce(&c2), reduce(&c3)];
     for (o, x) in out.iter_mut().zip([a0, a1, a2, a3]) {

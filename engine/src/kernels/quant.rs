@@ -203,25 +203,46 @@ pub struct QActivations {
     pub s: Vec<f32>,
 }
 
-/// Quantizes `rows` rows of `cols` f32 values (row-major in `x`) to 8-bit blocks.
+/// Quantizes `rows` rows of `cols` f32 values (row-major in `x`) to 8-bit blocks; a prefill's
+/// many rows are split across the compute pool (serially this was a tenth of a long prefill).
 pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations {
-    assert!(cols.is_multiple_of(BLOCK) && x.len() == rows * cols);
-    let nb = rows * cols / BLOCK;
-    let mut out = QActivations { rows, cols, q: vec![0; rows * cols], d: vec![0.0; nb], s: vec![0.0; nb] };
-    for (b, (src, dst)) in x.chunks_exact(BLOCK).zip(out.q.chunks_exact_mut(BLOCK)).enumerate() {
-        let amax = src.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
-        let mut sum = 0i32;
-        for (o, &v) in dst.iter_mut().zip(src) {
-            let q = (v * inv).round() as i8;
-            *o = q;
-            sum += i32::from(q);
-        }
-        out.d[b] = d;
-        out.s[b] = d * sum as f32;
+    use rayon::prelude::*;
+    assert!(cols % BLOCK == 0 && x.len() == rows * cols);
+    let nb = cols / BLOCK;
+    let mut out = QActivations {
+        rows,
+        cols,
+        q: vec![0; rows * cols],
+        d: vec![0.0; rows * nb],
+        s: vec![0.0; rows * nb],
+    };
+    let work = |(((q, d), s), x): (((&mut [i8], &mut [f32]), &mut [f32]), &[f32])| quantize_row(x, q, d, s);
+    if rows >= 8 {
+        let rows_out = out.q.par_chunks_mut(cols).zip(out.d.par_chunks_mut(nb)).zip(out.s.par_chunks_mut(nb));
+        rows_out.zip(x.par_chunks(cols)).for_each(work);
+    } else {
+        let rows_out = out.q.chunks_mut(cols).zip(out.d.chunks_mut(nb)).zip(out.s.chunks_mut(nb));
+        rows_out.zip(x.chunks(cols)).for_each(work);
     }
     out
+}
+
+/// One row: per block of 32, scale `d = max|x| / 127`, `q = round(x / d)`, `s = d · Σq`.
+fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    for (((src, dst), d), s) in x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)).zip(d).zip(s) {
+        let amax = src.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let mut sum = 0i32;
+        // Ties to even maps to one vector instruction; half-away-from-zero would not.
+        for (o, &v) in dst.iter_mut().zip(src) {
+            let v = (v * inv).round_ties_even() as i8;
+            *o = v;
+            sum += i32::from(v);
+        }
+        *d = scale;
+        *s = scale * sum as f32;
+    }
 }
 
 #[cfg(test)]
