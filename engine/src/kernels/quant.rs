@@ -207,7 +207,7 @@ pub struct QActivations {
 /// many rows are split across the compute pool (serially this was a tenth of a long prefill).
 pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations {
     use rayon::prelude::*;
-    assert!(cols % BLOCK == 0 && x.len() == rows * cols);
+    assert!(cols.is_multiple_of(BLOCK) && x.len() == rows * cols);
     let nb = cols / BLOCK;
     let mut out = QActivations {
         rows,
@@ -216,7 +216,7 @@ pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations
         d: vec![0.0; rows * nb],
         s: vec![0.0; rows * nb],
     };
-    let work = |(((q, d), s), x): (((&mut [i8], &mut [f32]), &mut [f32]), &[f32])| quantize_row(x, q, d, s);
+    let work = |(((q, d), s), x): RowParts<'_>| quantize_row(x, q, d, s);
     if rows >= 8 {
         let rows_out = out.q.par_chunks_mut(cols).zip(out.d.par_chunks_mut(nb)).zip(out.s.par_chunks_mut(nb));
         rows_out.zip(x.par_chunks(cols)).for_each(work);
@@ -226,6 +226,9 @@ pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations
     }
     out
 }
+
+/// A row's quantized values, scales and scaled sums, with its input.
+type RowParts<'a> = (((&'a mut [i8], &'a mut [f32]), &'a mut [f32]), &'a [f32]);
 
 /// One row: per block of 32, scale `d = max|x| / 127`, `q = round(x / d)`, `s = d · Σq`.
 /// Written over fixed-size arrays, with the float → int conversion through i32 (an i8
