@@ -163,13 +163,14 @@ fn tile_q4<const T: usize, const MIN: bool>(
 }
 
 /// Interleaved 4-bit weights: eight rows per record, results straight in vector lanes.
-#[target_feature(enable = "avx2,fma,f16c")]
 /// `vnni` may be true only where the CPU has AVX-VNNI.
+#[target_feature(enable = "avx2,fma,f16c")]
 fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32], vnni: bool) {
     assert!(
         rows.start.is_multiple_of(GROUP) && rows.end.is_multiple_of(GROUP),
         "row ranges follow the 8-row groups"
     );
+    assert!(vnni || w.format() != Format::Q8_0, "interleaved q8_0 is only built for AVX-VNNI");
     let m = qa.rows;
     let nb = qa.cols / BLOCK;
     let rec = record_bytes(w.format());
@@ -181,12 +182,12 @@ fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &
         while i < m {
             let t = (m - i).min(TILE);
             let mut res = [[0f32; GROUP]; TILE];
-            let min = w.format() == Format::Q4_1;
+            let format = w.format();
             if vnni {
                 // SAFETY: callers pass `vnni` only when run-time detection found AVX-VNNI.
-                unsafe { tile_x8_vnni_dispatch(min, t, group, qa, i, &mut res) };
+                unsafe { tile_x8_vnni_dispatch(format, t, group, qa, i, &mut res) };
             } else {
-                match (min, t) {
+                match (format == Format::Q4_1, t) {
                     (true, 4) => tile_x8::<4, true>(group, qa, i, &mut res),
                     (true, 3) => tile_x8::<3, true>(group, qa, i, &mut res),
                     (true, 2) => tile_x8::<2, true>(group, qa, i, &mut res),
@@ -208,27 +209,37 @@ fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 fn tile_x8_vnni_dispatch(
-    min: bool,
+    format: Format,
     t: usize,
     group: &[u8],
     qa: &QActivations,
     i: usize,
     res: &mut [[f32; GROUP]; TILE],
 ) {
+    use {KIND_Q4_0 as A, KIND_Q4_1 as B, KIND_Q8_0 as C};
     // SAFETY (all arms): this function's own target features include the body's.
     unsafe {
-        match (min, t) {
-            (true, 4) => tile_x8_body::<4, true, true>(group, qa, i, res),
-            (true, 3) => tile_x8_body::<3, true, true>(group, qa, i, res),
-            (true, 2) => tile_x8_body::<2, true, true>(group, qa, i, res),
-            (true, _) => tile_x8_body::<1, true, true>(group, qa, i, res),
-            (false, 4) => tile_x8_body::<4, false, true>(group, qa, i, res),
-            (false, 3) => tile_x8_body::<3, false, true>(group, qa, i, res),
-            (false, 2) => tile_x8_body::<2, false, true>(group, qa, i, res),
-            (false, _) => tile_x8_body::<1, false, true>(group, qa, i, res),
+        match (format, t) {
+            (Format::Q4_1, 4) => tile_x8_body::<4, B, true>(group, qa, i, res),
+            (Format::Q4_1, 3) => tile_x8_body::<3, B, true>(group, qa, i, res),
+            (Format::Q4_1, 2) => tile_x8_body::<2, B, true>(group, qa, i, res),
+            (Format::Q4_1, _) => tile_x8_body::<1, B, true>(group, qa, i, res),
+            (Format::Q8_0, 4) => tile_x8_body::<4, C, true>(group, qa, i, res),
+            (Format::Q8_0, 3) => tile_x8_body::<3, C, true>(group, qa, i, res),
+            (Format::Q8_0, 2) => tile_x8_body::<2, C, true>(group, qa, i, res),
+            (Format::Q8_0, _) => tile_x8_body::<1, C, true>(group, qa, i, res),
+            (_, 4) => tile_x8_body::<4, A, true>(group, qa, i, res),
+            (_, 3) => tile_x8_body::<3, A, true>(group, qa, i, res),
+            (_, 2) => tile_x8_body::<2, A, true>(group, qa, i, res),
+            (_, _) => tile_x8_body::<1, A, true>(group, qa, i, res),
         }
     }
 }
+
+/// Record kinds of [`tile_x8_body`].
+const KIND_Q4_0: u8 = 0;
+const KIND_Q4_1: u8 = 1;
+const KIND_Q8_0: u8 = 2;
 
 /// The AVX2 (no VNNI) instance of [`tile_x8_body`].
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -238,28 +249,42 @@ fn tile_x8<const T: usize, const MIN: bool>(
     i0: usize,
     res: &mut [[f32; GROUP]; TILE],
 ) {
+    let kind = if MIN { KIND_Q4_1 } else { KIND_Q4_0 };
     // SAFETY: this function's target features are the body's when `VNNI` is false.
-    unsafe { tile_x8_body::<T, MIN, false>(group, qa, i0, res) }
+    unsafe {
+        if kind == KIND_Q4_1 {
+            tile_x8_body::<T, KIND_Q4_1, false>(group, qa, i0, res)
+        } else {
+            tile_x8_body::<T, KIND_Q4_0, false>(group, qa, i0, res)
+        }
+    }
 }
 
-/// `T` activation rows from `i0` against one 8-row group (q4_0, or q4_1 with `MIN`).
+/// `T` activation rows from `i0` against one 8-row group of record kind `KIND`.
 /// Per block, the four nibble chunks give the eight quads of all eight rows. Without VNNI the
 /// products are summed as i16 across the block (at most 8 pair sums of 15·127·2 = 3810: no
-/// overflow) and widened once; with VNNI `vpdpbusd` accumulates i32 directly. Then each row is
-/// scaled by d·da and the offset m·(da·Σa) is added.
+/// overflow) and widened once; with VNNI `vpdpbusd` accumulates i32 directly. q8_0 records
+/// (VNNI only) hold eight unsigned chunks, value + 128. Then each row is scaled by d·da and
+/// the offset m·(da·Σa) is added (m = −8·d, the stored minimum, or −128·d).
 ///
 /// # Safety
-/// Only inlined into callers that enable avx2, fma, f16c (and avxvnni when `VNNI`).
+/// Only inlined into callers that enable avx2, fma, f16c (and avxvnni when `VNNI`, which
+/// `KIND_Q8_0` requires).
 #[inline(always)]
-unsafe fn tile_x8_body<const T: usize, const MIN: bool, const VNNI: bool>(
+unsafe fn tile_x8_body<const T: usize, const KIND: u8, const VNNI: bool>(
     group: &[u8],
     qa: &QActivations,
     i0: usize,
     res: &mut [[f32; GROUP]; TILE],
 ) {
     let nb = qa.cols / BLOCK;
-    let rec = if MIN { record_bytes(Format::Q4_1) } else { record_bytes(Format::Q4_0) };
-    let qs_at = rec - 128;
+    let format = match KIND {
+        KIND_Q4_1 => Format::Q4_1,
+        KIND_Q8_0 => Format::Q8_0,
+        _ => Format::Q4_0,
+    };
+    let rec = record_bytes(format);
+    let qs_at = if KIND == KIND_Q8_0 { 16 } else { rec - 128 };
     // SAFETY: the CPU features are the caller's contract; record b spans bytes
     // [b*rec, (b+1)*rec) of `group` (nb records); activation block (i0+t, b) is in bounds for
     // t < T ≤ m - i0 (asserted by `quantized_rows`); res[t] holds 8 f32s.
@@ -271,13 +296,26 @@ unsafe fn tile_x8_body<const T: usize, const MIN: bool, const VNNI: bool>(
             let r = group.as_ptr().add(b * rec);
             prefetch(r);
             let dv = _mm256_cvtph_ps(_mm_loadu_si128(r.cast()));
-            let mv = if MIN {
-                _mm256_cvtph_ps(_mm_loadu_si128(r.add(16).cast()))
-            } else {
-                _mm256_mul_ps(dv, _mm256_set1_ps(-8.0))
+            let mv = match KIND {
+                KIND_Q4_1 => _mm256_cvtph_ps(_mm_loadu_si128(r.add(16).cast())),
+                KIND_Q8_0 => _mm256_mul_ps(dv, _mm256_set1_ps(-128.0)),
+                _ => _mm256_mul_ps(dv, _mm256_set1_ps(-8.0)),
             };
             let mut sums = [_mm256_setzero_si256(); T];
-            for c in 0..4 {
+            if KIND == KIND_Q8_0 {
+                for c in 0..8 {
+                    let w = _mm256_loadu_si256(r.add(qs_at + 32 * c).cast());
+                    for (t, s) in sums.iter_mut().enumerate() {
+                        let a = qa.q.as_ptr().add(((i0 + t) * nb + b) * BLOCK + 4 * c);
+                        *s = _mm256_dpbusd_avx_epi32(
+                            *s,
+                            w,
+                            _mm256_set1_epi32(a.cast::<i32>().read_unaligned()),
+                        );
+                    }
+                }
+            }
+            for c in 0..(if KIND == KIND_Q8_0 { 0 } else { 4 }) {
                 let chunk = _mm256_loadu_si256(r.add(qs_at + 32 * c).cast());
                 let w_lo = _mm256_and_si256(chunk, low);
                 let w_hi = _mm256_and_si256(_mm256_srli_epi16(chunk, 4), low);
@@ -360,7 +398,9 @@ mod tests {
                 // as the thread pool would split them.
                 let wx = w.clone().prepared();
                 if wx.interleaved() {
-                    for vnni in [false, isa() == Isa::Avx2Vnni] {
+                    let variants =
+                        if format == Format::Q8_0 { vec![true] } else { vec![false, isa() == Isa::Avx2Vnni] };
+                    for vnni in variants {
                         let (mut lo, mut hi) = (vec![0f32; 8 * m], vec![0f32; (rows - 8) * m]);
                         // SAFETY: AVX2 was detected above; `vnni` only when AVX-VNNI was.
                         unsafe {
