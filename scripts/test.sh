@@ -27,6 +27,9 @@ cargo clippy --workspace --all-targets --release --locked -- -D warnings
 step "tests (unit, and the engine on the real model)"
 cargo test --workspace --release --locked
 
-# CPUs without AVX2 run the portable kernels; hold them to the same real-model tests.
-step "engine on the real model with the portable (scalar) kernels"
-PACER_KERNELS=scalar cargo test --release --locked -p pacer-engine --test model --test reference
+# Every kernel set runs the same real-model tests: CPUs without AVX-VNNI take the AVX2
+# kernels, CPUs without AVX2 the portable ones.
+for kernels in avx2 scalar; do
+  step "engine on the real model with the $kernels kernels"
+  PACER_KERNELS=$kernels cargo test --release --locked -p pacer-engine --test model --test reference
+done

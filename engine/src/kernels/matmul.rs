@@ -27,7 +27,12 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
             return;
         }
         let wf = w.floats();
+        let kernel = isa();
         by_weight_rows(m, n, 1, out, |rows, local| {
+            #[cfg(target_arch = "x86_64")]
+            if kernel.has_avx2() {
+                return super::x86::f32_rows(wf, k, rows, x, m, local);
+            }
             let width = rows.len();
             for (li, r) in rows.enumerate() {
                 let wr = &wf[r * k..(r + 1) * k];

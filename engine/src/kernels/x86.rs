@@ -346,6 +346,54 @@ unsafe fn tile_x8_body<const T: usize, const KIND: u8, const VNNI: bool>(
     }
 }
 
+/// f32 weight rows `rows` (row-major, `k` wide) against `m` activation rows of `x`, into
+/// `local[i * rows.len() + r_local]`: the decode path of the f32 tier, which is bound by
+/// streaming 4 bytes per weight, so the weight row being read is prefetched ahead.
+pub(crate) fn f32_rows(
+    w: &[f32],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    x: &[f32],
+    m: usize,
+    local: &mut [f32],
+) {
+    assert!(rows.end * k <= w.len() && x.len() == m * k && local.len() >= rows.len() * m);
+    assert!(super::isa().has_avx2(), "AVX2 kernels need AVX2, FMA and F16C");
+    // SAFETY: AVX2 and FMA were detected at run time (`isa()`); bounds are asserted above.
+    unsafe { f32_rows_avx2(w, k, rows, x, m, local) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f32_rows_avx2(w: &[f32], k: usize, rows: std::ops::Range<usize>, x: &[f32], m: usize, local: &mut [f32]) {
+    let width = rows.len();
+    let full = k - k % 32;
+    for (li, r) in rows.enumerate() {
+        let wr = &w[r * k..(r + 1) * k];
+        for i in 0..m {
+            let xr = &x[i * k..(i + 1) * k];
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut c = 0;
+            while c < full {
+                // SAFETY: c + 32 ≤ full ≤ k = wr.len() = xr.len(); the prefetch never faults.
+                unsafe {
+                    if i == 0 {
+                        prefetch(wr.as_ptr().add(c).cast());
+                    }
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let wv = _mm256_loadu_ps(wr.as_ptr().add(c + 8 * j));
+                        let xv = _mm256_loadu_ps(xr.as_ptr().add(c + 8 * j));
+                        *acc = _mm256_fmadd_ps(wv, xv, *acc);
+                    }
+                }
+                c += 32;
+            }
+            let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+            let tail: f32 = wr[full..].iter().zip(&xr[full..]).map(|(a, b)| a * b).sum();
+            local[i * width + li] = hsum(sum) + tail;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::quant::quantize_activations;
@@ -373,6 +421,24 @@ mod tests {
             }
         }
         Weight::from_blocks(format, rows, cols, bytes)
+    }
+
+    #[test]
+    fn f32_rows_match_plain_dot_products() {
+        if !isa().has_avx2() {
+            return;
+        }
+        let (rows, k, m) = (5, 70, 3);
+        let w: Vec<f32> = (0..rows * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 11 % 29) as f32 - 14.0) / 7.0).collect();
+        let mut local = vec![0f32; rows * m];
+        f32_rows(&w, k, 0..rows, &x, m, &mut local);
+        for r in 0..rows {
+            for i in 0..m {
+                let want: f32 = (0..k).map(|j| w[r * k + j] * x[i * k + j]).sum();
+                assert!((local[i * rows + r] - want).abs() < 1e-3, "row {r} act {i}");
+            }
+        }
     }
 
     #[test]
