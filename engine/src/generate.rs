@@ -114,6 +114,12 @@ impl Sequence {
     pub fn in_prefill(&self) -> bool {
         self.prefilled < self.prompt.len()
     }
+    /// Most tokens this sequence can ever hold in the KV cache: prompt + `max_tokens`, capped
+    /// at the context length (the scheduler reserves this much at admission).
+    pub fn kv_budget(&self) -> usize {
+        (self.prompt.len() + self.max_tokens).min(self.context_length)
+    }
+
     /// Prompt tokens not yet in the cache.
     pub fn remaining_prefill(&self) -> usize {
         self.prompt.len() - self.prefilled

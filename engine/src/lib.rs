@@ -5,6 +5,8 @@
 //! - [`kernels`]: the quantized and f32 compute kernels the forward runs on.
 //! - [`tokenizer`], [`chat`], [`sampling`], [`stop`]: text in and out.
 //! - [`generate`]: the per-sequence generation state machine and a simple batch driver.
+//! - [`scheduler`]: continuous batching, an actor that owns the model and the KV cache.
+//! - [`server`]: the OpenAI-compatible HTTP API, metrics ([`metrics`]), health and drain.
 #![deny(unsafe_code)]
 
 pub mod bench;
@@ -12,8 +14,11 @@ pub mod chat;
 pub mod error;
 pub mod generate;
 pub mod kernels;
+pub mod metrics;
 pub mod model;
 pub mod sampling;
+pub mod scheduler;
+pub mod server;
 pub mod stop;
 pub mod threads;
 pub mod tokenizer;

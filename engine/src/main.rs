@@ -3,6 +3,7 @@
 //! - `generate`: stream a completion (or a chat reply) to stdout, with prefill/decode timings.
 //! - `info`: print the model's metadata, sizes and available tiers.
 //! - `bench`: measure prefill and batched decode throughput at one tier.
+//! - `serve`: the OpenAI-compatible server with continuous batching and Prometheus metrics.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -39,6 +40,53 @@ enum Command {
     Info(InfoArgs),
     /// Measure prefill and batched decode throughput.
     Bench(BenchArgs),
+    /// Serve the OpenAI-compatible API with continuous batching.
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, env = "PACER_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on.
+    #[arg(long, env = "PACER_PORT", default_value_t = 8000)]
+    port: u16,
+    /// Model name clients send in `model` [default: the GGUF file name without extension].
+    #[arg(long, env = "PACER_SERVED_MODEL_NAME")]
+    served_model_name: Option<String>,
+    /// Require `Authorization: Bearer <key>` on the API routes.
+    #[arg(long, env = "PACER_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Most sequences in the running batch.
+    #[arg(long, env = "PACER_MAX_BATCH_SIZE", default_value_t = 16)]
+    max_batch_size: usize,
+    /// How long an idle engine waits to fill a batch, in ms (0 = never).
+    #[arg(long, env = "PACER_BATCH_WAIT_MS", default_value_t = 0)]
+    batch_wait_ms: u64,
+    /// Most tokens per scheduler step (decodes plus prompt chunks).
+    #[arg(long, env = "PACER_MAX_NUM_BATCHED_TOKENS", default_value_t = 512)]
+    max_num_batched_tokens: usize,
+    /// JSON file with live batch settings, re-read when it changes (a mounted ConfigMap).
+    #[arg(long, env = "PACER_SETTINGS_FILE")]
+    settings_file: Option<PathBuf>,
+    /// Waiting requests beyond which new ones get 429.
+    #[arg(long, env = "PACER_MAX_WAITING", default_value_t = 256)]
+    max_waiting: usize,
+    /// KV-cache capacity in tokens (45 KiB per token for SmolLM2-135M).
+    #[arg(long, env = "PACER_KV_CACHE_TOKENS", default_value_t = 32768)]
+    kv_cache_tokens: usize,
+    /// Seconds to let in-flight requests finish after SIGTERM.
+    #[arg(long, env = "PACER_DRAIN_TIMEOUT", default_value_t = 30)]
+    drain_timeout: u64,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "PACER_MAX_BODY_BYTES", default_value_t = 4 << 20)]
+    max_body_bytes: usize,
+    /// Log prompt token ids (off: prompts may contain personal data).
+    #[arg(long, env = "PACER_LOG_PROMPTS")]
+    log_prompts: bool,
 }
 
 #[derive(Args, Debug)]
@@ -147,6 +195,7 @@ fn main() -> Result<()> {
         Command::Generate(args) => generate(args),
         Command::Info(args) => info(args),
         Command::Bench(args) => bench_cmd(args),
+        Command::Serve(args) => serve(args),
     }
 }
 
@@ -340,5 +389,63 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
             println!("{:<8} {:>5}  {:>9.1} tok/s", f.phase, f.size, f.tokens_per_second);
         }
     }
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let ServeArgs {
+        model,
+        host,
+        port,
+        served_model_name,
+        api_key,
+        max_batch_size,
+        batch_wait_ms,
+        max_num_batched_tokens,
+        settings_file,
+        max_waiting,
+        kv_cache_tokens,
+        drain_timeout,
+        max_body_bytes,
+        log_prompts,
+    } = args;
+    let path = model.model_path()?;
+    let served_name = served_model_name.unwrap_or_else(|| {
+        path.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned())
+    });
+    let loaded = std::sync::Arc::new(load(&model)?);
+    let config = pacer_engine::server::ServeConfig {
+        served_name,
+        api_key,
+        settings: pacer_engine::scheduler::BatchSettings {
+            max_batch_size,
+            batch_wait_ms,
+            max_num_batched_tokens,
+        },
+        settings_file,
+        max_waiting,
+        kv_cache_tokens,
+        drain_timeout: std::time::Duration::from_secs(drain_timeout),
+        max_body_bytes,
+        log_prompts,
+    };
+    // The HTTP side is light; the compute pool does the heavy work on its own threads.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async move {
+        let server = pacer_engine::server::build(loaded, &config)?;
+        let listener = tokio::net::TcpListener::bind((host.as_str(), port))
+            .await
+            .with_context(|| format!("binding {host}:{port}"))?;
+        tracing::info!(address = %listener.local_addr()?, model = %config.served_name, "serving");
+        pacer_engine::server::serve(
+            listener,
+            server,
+            config.drain_timeout,
+            pacer_engine::server::shutdown_signal(),
+        )
+        .await?;
+        anyhow::Ok(())
+    })?;
+    tracing::info!("stopped");
     Ok(())
 }

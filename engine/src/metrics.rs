@@ -1,0 +1,284 @@
+//! The engine's Prometheus metrics, under vLLM's names (so existing dashboards, routers and
+//! autoscalers work unchanged) plus `pacer_engine_*` for what vLLM lacks. Every series carries
+//! `model_name`. Latency buckets add 1–5 ms steps below vLLM's, which CPU-scale inter-token
+//! latencies need.
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// vLLM's TTFT buckets with 1–5 ms steps in front.
+const TTFT_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+/// vLLM's inter-token buckets with 1–5 ms steps in front.
+const ITL_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+    0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+];
+/// Whole-request phases (E2E, queue, prefill, decode).
+const REQUEST_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+];
+/// Token counts per request.
+const TOKEN_BUCKETS: &[f64] =
+    &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0];
+/// Rows per scheduler step.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 128.0, 256.0, 512.0];
+
+/// All metrics of one engine process.
+#[derive(Clone)]
+pub struct EngineMetrics {
+    registry: Registry,
+    /// Request accepted → first token handed to the response stream.
+    pub ttft: Histogram,
+    /// Gap between consecutive tokens of a sequence.
+    pub itl: Histogram,
+    itl_legacy: Histogram,
+    /// Per request: decode time / (N − 1).
+    pub tpot: Histogram,
+    /// Request accepted → last token.
+    pub e2e: Histogram,
+    /// Request accepted → first scheduled.
+    pub queue_time: Histogram,
+    /// First scheduled → first token.
+    pub prefill_time: Histogram,
+    /// First token → last token.
+    pub decode_time: Histogram,
+    /// Prompt length per request.
+    pub prompt_len: Histogram,
+    /// Generated length per request.
+    pub generation_len: Histogram,
+    /// Sequences in the running batch.
+    pub running: IntGauge,
+    /// Requests waiting to be scheduled.
+    pub waiting: IntGauge,
+    kv_usage: Gauge,
+    kv_usage_legacy: Gauge,
+    /// Prompt tokens processed.
+    pub prompt_tokens: IntCounter,
+    /// Tokens generated.
+    pub generation_tokens: IntCounter,
+    success: IntCounterVec,
+    /// Rows per scheduler step.
+    pub batch_size: Histogram,
+    rejected: IntCounterVec,
+    info: IntGaugeVec,
+    model_name: String,
+}
+
+impl std::fmt::Debug for EngineMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineMetrics").field("model_name", &self.model_name).finish_non_exhaustive()
+    }
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64], model: &str) -> Histogram {
+    let vec = prometheus::HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        &["model_name"],
+    )
+    .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+    registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
+    vec.with_label_values(&[model])
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, model: &str) -> IntCounter {
+    let vec =
+        IntCounterVec::new(Opts::new(name, help), &["model_name"]).unwrap_or_else(|e| panic!("{name}: {e}"));
+    registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
+    vec.with_label_values(&[model])
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str, model: &str) -> IntGauge {
+    let vec =
+        IntGaugeVec::new(Opts::new(name, help), &["model_name"]).unwrap_or_else(|e| panic!("{name}: {e}"));
+    registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
+    vec.with_label_values(&[model])
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str, model: &str) -> Gauge {
+    let vec = prometheus::GaugeVec::new(Opts::new(name, help), &["model_name"])
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
+    vec.with_label_values(&[model])
+}
+
+impl EngineMetrics {
+    /// Registers every metric for `model_name`. Names are static and valid, so a failure here
+    /// is a programming error (and panics at start-up, never later).
+    pub fn new(model_name: &str) -> Self {
+        let r = Registry::new();
+        let m = model_name;
+        let success = IntCounterVec::new(
+            Opts::new("vllm:request_success_total", "Finished requests by finish reason."),
+            &["model_name", "finished_reason"],
+        )
+        .unwrap_or_else(|e| panic!("success: {e}"));
+        r.register(Box::new(success.clone())).unwrap_or_else(|e| panic!("register success: {e}"));
+        let rejected = IntCounterVec::new(
+            Opts::new(
+                "pacer_engine_requests_rejected_total",
+                "Requests refused before scheduling, by reason.",
+            ),
+            &["model_name", "reason"],
+        )
+        .unwrap_or_else(|e| panic!("rejected: {e}"));
+        r.register(Box::new(rejected.clone())).unwrap_or_else(|e| panic!("register rejected: {e}"));
+        let info = IntGaugeVec::new(
+            Opts::new("pacer_engine_info", "Live engine settings (value is always 1)."),
+            &["model_name", "tier", "max_batch_size", "batch_wait_ms", "version"],
+        )
+        .unwrap_or_else(|e| panic!("info: {e}"));
+        r.register(Box::new(info.clone())).unwrap_or_else(|e| panic!("register info: {e}"));
+        EngineMetrics {
+            ttft: histogram(&r, "vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS, m),
+            itl: histogram(&r, "vllm:inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS, m),
+            itl_legacy: histogram(
+                &r,
+                "vllm:time_per_output_token_seconds",
+                "Inter-token latency (vLLM's older name).",
+                ITL_BUCKETS,
+                m,
+            ),
+            tpot: histogram(
+                &r,
+                "vllm:request_time_per_output_token_seconds",
+                "Per-request decode time per output token.",
+                ITL_BUCKETS,
+                m,
+            ),
+            e2e: histogram(
+                &r,
+                "vllm:e2e_request_latency_seconds",
+                "End-to-end request latency.",
+                REQUEST_BUCKETS,
+                m,
+            ),
+            queue_time: histogram(
+                &r,
+                "vllm:request_queue_time_seconds",
+                "Time waiting before scheduling.",
+                REQUEST_BUCKETS,
+                m,
+            ),
+            prefill_time: histogram(
+                &r,
+                "vllm:request_prefill_time_seconds",
+                "Prefill phase time.",
+                REQUEST_BUCKETS,
+                m,
+            ),
+            decode_time: histogram(
+                &r,
+                "vllm:request_decode_time_seconds",
+                "Decode phase time.",
+                REQUEST_BUCKETS,
+                m,
+            ),
+            prompt_len: histogram(
+                &r,
+                "vllm:request_prompt_tokens",
+                "Prompt tokens per request.",
+                TOKEN_BUCKETS,
+                m,
+            ),
+            generation_len: histogram(
+                &r,
+                "vllm:request_generation_tokens",
+                "Generated tokens per request.",
+                TOKEN_BUCKETS,
+                m,
+            ),
+            running: int_gauge(&r, "vllm:num_requests_running", "Sequences in the running batch.", m),
+            waiting: int_gauge(&r, "vllm:num_requests_waiting", "Requests waiting to be scheduled.", m),
+            kv_usage: gauge(&r, "vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", m),
+            kv_usage_legacy: gauge(
+                &r,
+                "vllm:gpu_cache_usage_perc",
+                "KV-cache usage, 0 to 1 (vLLM's older name).",
+                m,
+            ),
+            prompt_tokens: counter(&r, "vllm:prompt_tokens_total", "Prompt tokens processed.", m),
+            generation_tokens: counter(&r, "vllm:generation_tokens_total", "Tokens generated.", m),
+            batch_size: histogram(
+                &r,
+                "pacer_engine_batch_size",
+                "Rows per scheduler step.",
+                BATCH_BUCKETS,
+                m,
+            ),
+            success,
+            rejected,
+            info,
+            registry: r,
+            model_name: model_name.to_string(),
+        }
+    }
+
+    /// Records one inter-token gap under both of vLLM's names.
+    pub fn observe_itl(&self, seconds: f64) {
+        self.itl.observe(seconds);
+        self.itl_legacy.observe(seconds);
+    }
+
+    /// Sets the KV-cache usage gauges.
+    pub fn set_kv_usage(&self, fraction: f64) {
+        self.kv_usage.set(fraction);
+        self.kv_usage_legacy.set(fraction);
+    }
+
+    /// Counts a finished request by reason (`stop`, `length`, `abort`).
+    pub fn finished(&self, reason: &str) {
+        self.success.with_label_values(&[&self.model_name, reason]).inc();
+    }
+
+    /// Counts a refused request by reason (`queue_full`, `draining`, `invalid`, ...).
+    pub fn rejected(&self, reason: &str) {
+        self.rejected.with_label_values(&[&self.model_name, reason]).inc();
+    }
+
+    /// Publishes the live settings as the info gauge (one series at a time).
+    pub fn set_info(&self, tier: &str, max_batch_size: usize, batch_wait_ms: u64) {
+        self.info.reset();
+        let (mb, bw) = (max_batch_size.to_string(), batch_wait_ms.to_string());
+        self.info.with_label_values(&[&self.model_name, tier, &mb, &bw, env!("CARGO_PKG_VERSION")]).set(1);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metric families.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_vllm_names_with_the_model_label() {
+        let m = EngineMetrics::new("smol");
+        m.ttft.observe(0.003);
+        m.observe_itl(0.002);
+        m.finished("stop");
+        m.rejected("queue_full");
+        m.set_info("q4_0", 8, 5);
+        let text = m.render();
+        for name in [
+            "vllm:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.005\"} 1",
+            "vllm:inter_token_latency_seconds_count{model_name=\"smol\"} 1",
+            "vllm:time_per_output_token_seconds_count{model_name=\"smol\"} 1",
+            "vllm:request_success_total{finished_reason=\"stop\",model_name=\"smol\"} 1",
+            "pacer_engine_requests_rejected_total{model_name=\"smol\",reason=\"queue_full\"} 1",
+            "pacer_engine_info{batch_wait_ms=\"5\",max_batch_size=\"8\",model_name=\"smol\",tier=\"q4_0\"",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}

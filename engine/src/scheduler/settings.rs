@@ -1,0 +1,129 @@
+//! Live batch settings: their validation, and the watcher of the settings file (the operator
+//! mounts a ConfigMap there) that applies changes without a restart.
+
+use super::SchedulerHandle;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The batching knobs the operator moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSettings {
+    /// Most sequences in the running batch.
+    pub max_batch_size: usize,
+    /// How long an idle engine waits for more requests to fill a batch; 0 = never.
+    pub batch_wait_ms: u64,
+    /// Most tokens one step processes (decodes plus prompt chunks).
+    pub max_num_batched_tokens: usize,
+}
+
+impl Default for BatchSettings {
+    fn default() -> Self {
+        BatchSettings { max_batch_size: 16, batch_wait_ms: 0, max_num_batched_tokens: 512 }
+    }
+}
+
+impl BatchSettings {
+    /// Checks ranges; the message says what is wrong and what is allowed.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=1024).contains(&self.max_batch_size) {
+            return Err(format!("max_batch_size must be 1..=1024, got {}", self.max_batch_size));
+        }
+        if self.batch_wait_ms > 10_000 {
+            return Err(format!("batch_wait_ms must be at most 10000, got {}", self.batch_wait_ms));
+        }
+        if self.max_num_batched_tokens < self.max_batch_size {
+            return Err(format!(
+                "max_num_batched_tokens ({}) must be at least max_batch_size ({}) so every running sequence can decode each step",
+                self.max_num_batched_tokens, self.max_batch_size
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parses settings from JSON text, applying them over `base` (fields may be omitted).
+    pub fn parse_over(base: BatchSettings, text: &str) -> Result<BatchSettings, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Partial {
+            max_batch_size: Option<usize>,
+            batch_wait_ms: Option<u64>,
+            max_num_batched_tokens: Option<usize>,
+        }
+        let p: Partial = serde_json::from_str(text).map_err(|e| format!("not valid settings JSON: {e}"))?;
+        let s = BatchSettings {
+            max_batch_size: p.max_batch_size.unwrap_or(base.max_batch_size),
+            batch_wait_ms: p.batch_wait_ms.unwrap_or(base.batch_wait_ms),
+            max_num_batched_tokens: p.max_num_batched_tokens.unwrap_or(base.max_num_batched_tokens),
+        };
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+/// Polls `path` every `interval` and sends changed, valid settings to the scheduler. Polling
+/// (rather than inotify) follows Kubernetes' atomic symlink swap of ConfigMap volumes. An
+/// invalid file is logged and ignored: the previous settings stay.
+pub async fn watch_settings_file(
+    path: PathBuf,
+    base: BatchSettings,
+    handle: SchedulerHandle,
+    interval: Duration,
+) {
+    let mut last_text: Option<String> = None;
+    let mut current = base;
+    loop {
+        match tokio::fs::read_to_string(&path).await {
+            Ok(text) if last_text.as_deref() != Some(text.as_str()) => {
+                match BatchSettings::parse_over(current, &text) {
+                    Ok(next) if next != current => {
+                        tracing::info!(file = %path.display(), ?current, ?next, "batch settings changed");
+                        current = next;
+                        handle.update_settings(next);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(file = %path.display(), error = %e, "ignoring invalid settings file; previous settings stay")
+                    }
+                }
+                last_text = Some(text);
+            }
+            Ok(_) => {}
+            Err(e) if last_text.is_some() => {
+                tracing::warn!(file = %path.display(), error = %e, "settings file unreadable; previous settings stay");
+                last_text = None;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_files_apply_over_the_current_settings() {
+        let base = BatchSettings::default();
+        let s = BatchSettings::parse_over(base, r#"{"max_batch_size": 4}"#).unwrap();
+        assert_eq!(s, BatchSettings { max_batch_size: 4, ..base });
+    }
+
+    #[test]
+    fn invalid_settings_say_why() {
+        let base = BatchSettings::default();
+        assert!(
+            BatchSettings::parse_over(base, r#"{"max_batch_size": 0}"#)
+                .unwrap_err()
+                .contains("max_batch_size")
+        );
+        assert!(
+            BatchSettings::parse_over(base, r#"{"batch_size": 4}"#).unwrap_err().contains("unknown field")
+        );
+        assert!(BatchSettings::parse_over(base, "max_batch_size=4").unwrap_err().contains("JSON"));
+        let err = BatchSettings::parse_over(base, r#"{"max_batch_size": 64, "max_num_batched_tokens": 32}"#);
+        assert!(err.unwrap_err().contains("at least max_batch_size"));
+    }
+}

@@ -1,0 +1,148 @@
+//! The one mapping from failures to HTTP responses: OpenAI's error body
+//! `{"error": {"message", "type", "param", "code"}}` with the matching status, and
+//! `Retry-After` on 429.
+
+use crate::error::EngineError;
+use crate::scheduler::Refusal;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+/// An error as the API reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Human-readable message.
+    pub message: String,
+    /// OpenAI's `type` (`invalid_request_error`, ...).
+    pub kind: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<&'static str>,
+    /// A stable machine-readable code.
+    pub code: Option<&'static str>,
+    /// Seconds to wait before retrying (429 only).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// 400 for a bad request field.
+    pub fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 404 for a model this server does not serve.
+    pub fn model_not_found(requested: &str, served: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("The model `{requested}` does not exist. This server serves `{served}`."),
+            kind: "invalid_request_error",
+            param: Some("model"),
+            code: Some("model_not_found"),
+            retry_after: None,
+        }
+    }
+
+    /// 401 for a missing or wrong API key.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "Invalid or missing API key: send `Authorization: Bearer <key>`.".into(),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("invalid_api_key"),
+            retry_after: None,
+        }
+    }
+
+    /// 500 for a failure inside the engine.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// The label of `pacer_engine_requests_rejected_total` this error counts under.
+    pub fn reason(&self) -> &'static str {
+        match self.status {
+            StatusCode::TOO_MANY_REQUESTS => "queue_full",
+            StatusCode::SERVICE_UNAVAILABLE => "draining",
+            StatusCode::NOT_FOUND => "model_not_found",
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            s if s.is_client_error() => "invalid",
+            _ => "internal",
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        let (status, message, code, retry_after) = match r {
+            Refusal::QueueFull => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "The engine's request queue is full; retry shortly.",
+                "queue_full",
+                Some(1),
+            ),
+            Refusal::Draining => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The engine is shutting down; send the request elsewhere.",
+                "draining",
+                None,
+            ),
+            Refusal::NotReady => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The engine is not ready to serve requests.",
+                "not_ready",
+                None,
+            ),
+        };
+        ApiError {
+            status,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some(code),
+            retry_after,
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match &e {
+            EngineError::ContextOverflow { .. } => ApiError::invalid(e.to_string(), Some("messages")),
+            EngineError::InvalidRequest(_) | EngineError::Template(_) | EngineError::Tokenizer(_) => {
+                ApiError::invalid(e.to_string(), None)
+            }
+            EngineError::KvCacheFull { .. } => ApiError::from(Refusal::QueueFull),
+            EngineError::Model(_) | EngineError::Io(_) | EngineError::Tensor(_) => {
+                ApiError::internal(e.to_string())
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
+        });
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}

@@ -1,0 +1,175 @@
+//! `pacer-engine serve`: the OpenAI-compatible HTTP server (axum) in front of the
+//! continuous-batching scheduler, with Prometheus metrics, health and readiness, live batch
+//! settings, and a graceful drain on SIGTERM.
+
+mod error;
+mod openai;
+mod routes;
+
+pub use error::ApiError;
+
+use crate::LoadedModel;
+use crate::metrics::EngineMetrics;
+use crate::scheduler::{self, BatchSettings, SchedulerHandle};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Everything `serve` needs besides the model.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Name clients use in `model`.
+    pub served_name: String,
+    /// Bearer token required on the API routes, if set.
+    pub api_key: Option<String>,
+    /// Initial batch settings.
+    pub settings: BatchSettings,
+    /// File to watch for batch settings.
+    pub settings_file: Option<PathBuf>,
+    /// Waiting requests beyond which new ones get 429.
+    pub max_waiting: usize,
+    /// KV-cache capacity in tokens.
+    pub kv_cache_tokens: usize,
+    /// Longest wait for in-flight requests on SIGTERM.
+    pub drain_timeout: Duration,
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Log prompt token ids (off by default: prompts may hold personal data).
+    pub log_prompts: bool,
+}
+
+/// Shared by all handlers.
+#[derive(Debug)]
+pub struct AppState {
+    model: Arc<LoadedModel>,
+    scheduler: SchedulerHandle,
+    metrics: EngineMetrics,
+    served_name: String,
+    api_key: Option<String>,
+    log_prompts: bool,
+    started: u64,
+    ids: AtomicU64,
+}
+
+impl AppState {
+    fn next_id(&self, chat: bool) -> String {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        let prefix = if chat { "chatcmpl" } else { "cmpl" };
+        format!("{prefix}-{:x}{n:06x}", self.started)
+    }
+}
+
+/// A running server: its router and the handle used to drain it.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// The axum router with every route.
+    pub router: Router,
+    /// The scheduler behind it.
+    pub scheduler: SchedulerHandle,
+}
+
+/// Starts the scheduler for `model` and builds the router. The settings-file watcher, if
+/// configured, runs on the current tokio runtime.
+pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<Server> {
+    config.settings.validate().map_err(std::io::Error::other)?;
+    let metrics = EngineMetrics::new(&config.served_name);
+    let scheduler = scheduler::start(
+        model.clone(),
+        config.settings,
+        config.kv_cache_tokens,
+        config.max_waiting,
+        metrics.clone(),
+    )?;
+    if let Some(path) = &config.settings_file {
+        tokio::spawn(scheduler::watch_settings_file(
+            path.clone(),
+            config.settings,
+            scheduler.clone(),
+            Duration::from_millis(500),
+        ));
+    }
+    let state = Arc::new(AppState {
+        model,
+        scheduler: scheduler.clone(),
+        metrics,
+        served_name: config.served_name.clone(),
+        api_key: config.api_key.clone(),
+        log_prompts: config.log_prompts,
+        started: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        ids: AtomicU64::new(0),
+    });
+    let router = Router::new()
+        .route("/v1/completions", post(routes::completions))
+        .route("/v1/chat/completions", post(routes::chat_completions))
+        .route("/v1/models", get(routes::models))
+        .route("/health", get(routes::health))
+        .route("/ready", get(routes::ready))
+        .route("/metrics", get(routes::metrics))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        // A panic in a handler becomes a 500 for that request, not a dead server.
+        .layer(tower_http::catch_panic::CatchPanicLayer::new())
+        .with_state(state);
+    Ok(Server { router, scheduler })
+}
+
+/// Serves on `listener` until `shutdown` resolves, then drains: readiness goes false and new
+/// requests get 503 at once, in-flight requests finish (for at most `drain_timeout`), and the
+/// function returns.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    server: Server,
+    drain_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let scheduler = server.scheduler.clone();
+    let drained = async move {
+        shutdown.await;
+        scheduler.start_draining();
+        let started = Instant::now();
+        tracing::info!(
+            waiting = scheduler.shared().waiting(),
+            running = scheduler.shared().running(),
+            "draining: no new requests; waiting for in-flight ones"
+        );
+        while scheduler.shared().waiting() + scheduler.shared().running() > 0
+            && started.elapsed() < drain_timeout
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let left = scheduler.shared().waiting() + scheduler.shared().running();
+        if left > 0 {
+            tracing::warn!(left, "drain timeout reached; closing with requests still in flight");
+        } else {
+            tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "drained");
+        }
+    };
+    axum::serve(listener, server.router).with_graceful_shutdown(drained).await
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

@@ -1,0 +1,256 @@
+//! HTTP handlers: OpenAI completions and chat completions (JSON or SSE), models, health,
+//! readiness and metrics. Handlers validate, submit to the scheduler, and turn its events into
+//! responses; they never touch the model.
+
+use super::AppState;
+use super::error::ApiError;
+use super::openai::{ChatRequest, CompletionRequest, Prepared};
+use crate::generate::FinishReason;
+use crate::scheduler::{Event, Submission};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::stream::{self, Stream, StreamExt};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+/// Which endpoint a response is shaped for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Completions,
+    Chat,
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &state.api_key else { return Ok(()) };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given == Some(key.as_str()) { Ok(()) } else { Err(ApiError::unauthorized()) }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid request body: {e}"), None))
+}
+
+/// `POST /v1/completions`.
+pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let arrived = Instant::now();
+    let prepared = check_auth(&state, &headers)
+        .and_then(|()| parse::<CompletionRequest>(&body))
+        .and_then(|r| r.prepare(&state.model, &state.served_name));
+    respond(state, prepared, Endpoint::Completions, arrived).await
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let arrived = Instant::now();
+    let prepared = check_auth(&state, &headers)
+        .and_then(|()| parse::<ChatRequest>(&body))
+        .and_then(|r| r.prepare(&state.model, &state.served_name));
+    respond(state, prepared, Endpoint::Chat, arrived).await
+}
+
+async fn respond(
+    state: Arc<AppState>,
+    prepared: Result<Prepared, ApiError>,
+    endpoint: Endpoint,
+    arrived: Instant,
+) -> Response {
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => {
+            state.metrics.rejected(e.reason());
+            return e.into_response();
+        }
+    };
+    let id = state.next_id(endpoint == Endpoint::Chat);
+    if state.log_prompts {
+        tracing::info!(request_id = %id, prompt_tokens = prepared.request.prompt.len(), prompt = ?prepared.request.prompt, "request");
+    } else {
+        tracing::info!(request_id = %id, prompt_tokens = prepared.request.prompt.len(), max_tokens = prepared.request.max_tokens, stream = prepared.stream, "request");
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let submission = Submission { id: id.clone(), request: prepared.request, arrived, events: tx };
+    if let Err(refusal) = state.scheduler.submit(submission) {
+        let e = ApiError::from(refusal);
+        state.metrics.rejected(e.reason());
+        return e.into_response();
+    }
+    let shape = Shape { id, endpoint, model: state.served_name.clone(), created: unix_now() };
+    if prepared.stream {
+        stream_response(shape, rx, prepared.include_usage).into_response()
+    } else {
+        collect_response(shape, rx).await
+    }
+}
+
+/// Identity of one response, repeated in every chunk.
+struct Shape {
+    id: String,
+    endpoint: Endpoint,
+    model: String,
+    created: u64,
+}
+
+impl Shape {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.endpoint, chunk) {
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Completions, _) => "text_completion",
+        }
+    }
+
+    fn chunk(&self, text: Option<&str>, role: bool, finish: Option<FinishReason>) -> Value {
+        let finish = finish.map(FinishReason::as_str);
+        let choice = match self.endpoint {
+            Endpoint::Chat => {
+                let mut delta = serde_json::Map::new();
+                if role {
+                    delta.insert("role".into(), json!("assistant"));
+                    delta.insert("content".into(), json!(""));
+                }
+                if let Some(t) = text {
+                    delta.insert("content".into(), json!(t));
+                }
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+            Endpoint::Completions => {
+                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+            }
+        };
+        json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice]})
+    }
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
+}
+
+/// SSE as OpenAI clients expect: (chat) a role chunk first, content deltas, a chunk with
+/// `finish_reason`, optionally a usage chunk with `"choices": []`, then `data: [DONE]`.
+fn stream_response(
+    shape: Shape,
+    rx: UnboundedReceiver<Event>,
+    include_usage: bool,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let data = |v: Value| Ok(SseEvent::default().data(v.to_string()));
+    let first =
+        if shape.endpoint == Endpoint::Chat { vec![data(shape.chunk(None, true, None))] } else { vec![] };
+    let events = stream::unfold((rx, shape, false), move |(mut rx, shape, done)| async move {
+        if done {
+            return None;
+        }
+        let out: Vec<Result<SseEvent, Infallible>> = match rx.recv().await {
+            Some(Event::Token { text, .. }) if text.is_empty() => vec![],
+            Some(Event::Token { text, .. }) => vec![data(shape.chunk(Some(&text), false, None))],
+            Some(Event::Finished { reason, prompt_tokens, completion_tokens }) => {
+                let mut v = vec![data(shape.chunk(None, false, Some(reason)))];
+                if include_usage {
+                    v.push(data(json!({
+                        "id": shape.id, "object": shape.object(true), "created": shape.created,
+                        "model": shape.model, "choices": [], "usage": usage(prompt_tokens, completion_tokens),
+                    })));
+                }
+                v.push(Ok(SseEvent::default().data("[DONE]")));
+                return Some((stream::iter(v), (rx, shape, true)));
+            }
+            Some(Event::Failed(msg)) => {
+                // Headers are gone already: report in-band, as OpenAI does, then end.
+                let body =
+                    json!({"error": {"message": msg, "type": "server_error", "param": null, "code": null}});
+                return Some((stream::iter(vec![data(body)]), (rx, shape, true)));
+            }
+            None => return None,
+        };
+        Some((stream::iter(out), (rx, shape, false)))
+    })
+    .flatten();
+    Sse::new(stream::iter(first).chain(events)).keep_alive(KeepAlive::default())
+}
+
+/// Non-streaming: wait for the whole answer. Dropping this future (client gone) drops the
+/// receiver, which cancels the sequence at the next step.
+async fn collect_response(shape: Shape, mut rx: UnboundedReceiver<Event>) -> Response {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Finished { reason, prompt_tokens, completion_tokens } => {
+                let finish = reason.as_str();
+                let choice = match shape.endpoint {
+                    Endpoint::Chat => {
+                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish})
+                    }
+                    Endpoint::Completions => {
+                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+                    }
+                };
+                let body = json!({
+                    "id": shape.id, "object": shape.object(false), "created": shape.created, "model": shape.model,
+                    "choices": [choice], "usage": usage(prompt_tokens, completion_tokens),
+                });
+                return axum::Json(body).into_response();
+            }
+            Event::Failed(msg) => return ApiError::internal(msg).into_response(),
+        }
+    }
+    ApiError::internal("the scheduler stopped before the request finished").into_response()
+}
+
+/// `GET /v1/models`.
+pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(e) = check_auth(&state, &headers) {
+        return e.into_response();
+    }
+    let cfg = &state.model.model.config;
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.served_name, "object": "model", "created": state.started, "owned_by": "pacer",
+            "max_model_len": cfg.context_length, "tier": state.model.model.tier.as_str(),
+        }]
+    }))
+    .into_response()
+}
+
+/// `GET /health`: the process is alive and its scheduler thread runs.
+pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if state.scheduler.shared().is_stopped() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "scheduler stopped\n").into_response();
+    }
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// `GET /ready`: model loaded and warmed up, not draining.
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let shared = state.scheduler.shared();
+    if shared.is_ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else if shared.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render())
+        .into_response()
+}

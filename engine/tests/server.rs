@@ -1,0 +1,360 @@
+//! The OpenAI-compatible server over real HTTP with the real model: response shapes and SSE
+//! framing, continuous batching that changes no greedy output, backpressure (429), client
+//! disconnects, errors, live settings, and the drain on SIGTERM.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use pacer_engine::Tier;
+use pacer_engine::scheduler::BatchSettings;
+use pacer_engine::server::{self, ServeConfig};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const MODEL: &str = "smol";
+
+fn config() -> ServeConfig {
+    ServeConfig {
+        served_name: MODEL.into(),
+        api_key: None,
+        settings: BatchSettings::default(),
+        settings_file: None,
+        max_waiting: 64,
+        kv_cache_tokens: 8192,
+        drain_timeout: Duration::from_secs(30),
+        max_body_bytes: 1 << 20,
+        log_prompts: false,
+    }
+}
+
+/// Starts a server on a free loopback port; returns its base URL. It lives until the test's
+/// runtime ends.
+async fn start(config: ServeConfig) -> String {
+    let model = common::loaded(Tier::Q4_0);
+    let srv = server::build(model, &config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(server::serve(listener, srv, config.drain_timeout, std::future::pending()));
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if client.get(format!("{url}/ready")).send().await.is_ok_and(|r| r.status() == 200) {
+            return url;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("server at {url} never became ready");
+}
+
+fn chat(content: &str, max_tokens: usize) -> Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0})
+}
+
+/// The `data:` payloads of an SSE body, in order.
+fn sse_data(body: &str) -> Vec<String> {
+    assert!(body.ends_with("\n\n"), "every SSE event ends with a blank line: {body:?}");
+    body.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("not a data event: {e:?}")).to_string())
+        .collect()
+}
+
+async fn post(url: &str, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new().post(format!("{url}{path}")).json(body).send().await.unwrap()
+}
+
+async fn metric(url: &str, prefix: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no metric line starting with {prefix}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_and_completions_answer_with_openai_shapes() {
+    let url = start(config()).await;
+    let r = post(&url, "/v1/chat/completions", &chat("What is the capital of France?", 24)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("Paris"), "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let u = &v["usage"];
+    assert_eq!(
+        u["total_tokens"],
+        u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+    );
+
+    let r = post(
+        &url,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 5, "temperature": 0}),
+    )
+    .await;
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+
+    let models: Value = reqwest::get(format!("{url}/v1/models")).await.unwrap().json().await.unwrap();
+    assert_eq!(models["data"][0]["id"], MODEL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_use_exact_openai_sse_framing() {
+    let url = start(config()).await;
+    let mut body = chat("Name a color.", 8);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = post(&url, "/v1/chat/completions", &body).await;
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let events = sse_data(&r.text().await.unwrap());
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> =
+        events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant", "role chunk first");
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]));
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]), "usage chunk has empty choices");
+    assert_eq!(usage["usage"]["completion_tokens"], 8);
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "length");
+    let text: String = chunks[1..chunks.len() - 2]
+        .iter()
+        .map(|c| c["choices"][0]["delta"]["content"].as_str().unwrap())
+        .collect();
+    assert!(!text.is_empty());
+
+    // Completions stream: no role chunk, text deltas, and no usage unless asked.
+    let r = post(
+        &url,
+        "/v1/completions",
+        &json!({"model": MODEL, "prompt": "Once upon", "max_tokens": 4, "stream": true, "temperature": 0}),
+    )
+    .await;
+    let events = sse_data(&r.text().await.unwrap());
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert!(events.iter().all(|e| !e.contains("\"usage\"")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_concurrent_greedy_streams_equal_the_same_requests_one_at_a_time() {
+    let url = start(config()).await;
+    let questions: Vec<String> =
+        (0..8).map(|i| format!("Give me fact number {i} about the ocean.")).collect();
+    let text_of = |v: Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let mut alone = Vec::new();
+    for q in &questions {
+        alone.push(text_of(post(&url, "/v1/chat/completions", &chat(q, 24)).await.json().await.unwrap()));
+    }
+    let together = futures::future::join_all(questions.iter().map(|q| {
+        let url = url.clone();
+        let body = chat(q, 24);
+        async move { post(&url, "/v1/chat/completions", &body).await.json::<Value>().await.unwrap() }
+    }))
+    .await;
+    let together: Vec<String> = together.into_iter().map(text_of).collect();
+    assert_eq!(alone, together);
+    assert!(metric(&url, "pacer_engine_batch_size_count").await > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_429_with_retry_after() {
+    let settings = BatchSettings { max_batch_size: 1, ..BatchSettings::default() };
+    let url = start(ServeConfig { max_waiting: 1, settings, ..config() }).await;
+    let long = json!({"model": MODEL, "prompt": "Count: 1, 2, 3,", "max_tokens": 200, "ignore_eos": true, "temperature": 0});
+    let running = tokio::spawn({
+        let (url, long) = (url.clone(), long.clone());
+        async move { post(&url, "/v1/completions", &long).await.status() }
+    });
+    // Wait until the first request runs, then fill the one waiting slot.
+    while metric(&url, "vllm:num_requests_running").await < 1.0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let waiting = tokio::spawn({
+        let (url, long) = (url.clone(), long.clone());
+        async move { post(&url, "/v1/completions", &long).await.status() }
+    });
+    while metric(&url, "vllm:num_requests_waiting").await < 1.0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = post(&url, "/v1/completions", &long).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "queue_full");
+    assert_eq!(running.await.unwrap(), 200);
+    assert_eq!(waiting.await.unwrap(), 200);
+    assert_eq!(
+        metric(&url, "pacer_engine_requests_rejected_total{model_name=\"smol\",reason=\"queue_full\"}").await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_stream_frees_its_sequence() {
+    let url = start(config()).await;
+    let body = json!({"model": MODEL, "prompt": "Count: 1, 2, 3,", "max_tokens": 2000, "ignore_eos": true, "stream": true});
+    let mut r = post(&url, "/v1/completions", &body).await;
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: "));
+    assert_eq!(metric(&url, "vllm:num_requests_running").await, 1.0);
+    drop(r);
+    for _ in 0..200 {
+        if metric(&url, "vllm:num_requests_running").await == 0.0 {
+            assert_eq!(metric(&url, "vllm:request_success_total{finished_reason=\"abort\"").await, 1.0);
+            assert_eq!(metric(&url, "vllm:kv_cache_usage_perc").await, 0.0);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the cancelled sequence kept running");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_the_right_status_and_an_openai_error_body() {
+    let url = start(ServeConfig { api_key: None, ..config() }).await;
+    let client = reqwest::Client::new();
+    let cases: Vec<(Value, u16, Option<&str>)> = vec![
+        (json!({"model": "gpt-4", "prompt": "hi"}), 404, Some("model")),
+        (json!({"model": MODEL, "prompt": "hi", "n": 2}), 400, Some("n")),
+        (json!({"model": MODEL, "prompt": "hi", "temperature": 5}), 400, Some("temperature")),
+        (json!({"model": MODEL, "prompt": "hi", "top_p": 0}), 400, Some("top_p")),
+        (json!({"model": MODEL, "prompt": "hi", "max_tokens": 100000}), 400, Some("max_tokens")),
+        (json!({"model": MODEL, "prompt": "word ".repeat(9000)}), 400, Some("messages")),
+        (json!({"model": MODEL, "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}), 400, Some("stop")),
+        (json!({"model": MODEL, "prompt": ["a", "b"]}), 400, Some("prompt")),
+        (json!({"model": MODEL, "prompt": [1, 999999]}), 400, Some("prompt")),
+        (json!({"model": MODEL}), 400, None),
+    ];
+    for (body, status, param) in cases {
+        let r = post(&url, "/v1/completions", &body).await;
+        assert_eq!(r.status(), status, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(v["error"]["type"].is_string(), "{v}");
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{body}");
+        }
+    }
+    let r = post(&url, "/v1/chat/completions", &json!({"model": MODEL, "messages": []})).await;
+    assert_eq!(r.status(), 400);
+    let r = client.post(format!("{url}/v1/completions")).body("{not json").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("invalid request body"));
+    let r = client.post(format!("{url}/v1/completions")).body(vec![b'x'; 2 << 20]).send().await.unwrap();
+    assert_eq!(r.status(), 413, "bodies over the limit are refused");
+
+    let keyed = start(ServeConfig { api_key: Some("s3cret".into()), ..config() }).await;
+    let body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 1});
+    assert_eq!(post(&keyed, "/v1/completions", &body).await.status(), 401);
+    let ok = client
+        .post(format!("{keyed}/v1/completions"))
+        .bearer_auth("s3cret")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_file_changes_the_batch_size_without_a_restart() {
+    let dir = std::env::temp_dir().join(format!("pacer-settings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("settings.json");
+    std::fs::write(&file, r#"{"max_batch_size": 8}"#).unwrap();
+    let url = start(ServeConfig { settings_file: Some(file.clone()), ..config() }).await;
+    let info = |n: usize| format!("pacer_engine_info{{batch_wait_ms=\"0\",max_batch_size=\"{n}\"");
+    let wait_for = |n: usize| {
+        let url = url.clone();
+        let prefix = info(n);
+        async move {
+            for _ in 0..100 {
+                let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+                if text.lines().any(|l| l.starts_with(&prefix)) {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        }
+    };
+    assert!(wait_for(8).await, "initial file applied");
+    std::fs::write(&file, r#"{"max_batch_size": 3}"#).unwrap();
+    assert!(wait_for(3).await, "change applied");
+    std::fs::write(&file, r#"{"max_batch_size": 0}"#).unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(wait_for(3).await, "an invalid file keeps the previous settings");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sigterm_drains_without_cutting_a_stream_and_exits_zero() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pacer-engine"))
+        .args(["serve", "--port", &port.to_string(), "--served-model-name", MODEL, "--drain-timeout", "60"])
+        .env("PACER_MODEL", common::model_path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = |path: &str, body: &str| {
+        let mut s = TcpStream::connect(("127.0.0.1", port))?;
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        Ok::<_, std::io::Error>(s)
+    };
+    let get_status = |path: &str| -> Option<u16> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").ok()?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).ok()?;
+        line.split(' ').nth(1)?.parse().ok()
+    };
+    let mut ready = false;
+    for _ in 0..400 {
+        if get_status("/ready") == Some(200) {
+            ready = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready, "server never became ready");
+    let body = json!({"model": MODEL, "prompt": "Count: 1, 2, 3,", "max_tokens": 120, "ignore_eos": true, "stream": true}).to_string();
+    let mut stream = request("/v1/completions", &body).unwrap();
+    let mut first = [0u8; 64];
+    stream.read_exact(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first).starts_with("HTTP/1.1 200"));
+    let status =
+        std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    // Readiness goes false at once while the stream continues.
+    let mut saw_not_ready = false;
+    for _ in 0..100 {
+        match get_status("/ready") {
+            Some(503) | None => {
+                saw_not_ready = true;
+                break;
+            }
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    assert!(saw_not_ready, "readiness must fail during the drain");
+    let mut rest = String::new();
+    stream.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("\"finish_reason\":\"length\""), "the stream ran to its end: {rest}");
+    assert!(rest.contains("data: [DONE]"));
+    let exit = child.wait().unwrap();
+    assert!(exit.success(), "exit status {exit}");
+}
