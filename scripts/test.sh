@@ -33,3 +33,6 @@ for kernels in avx2 scalar; do
   step "engine on the real model with the $kernels kernels"
   PACER_KERNELS=$kernels cargo test --release --locked -p pacer-engine --test model --test reference
 done
+
+step "the official openai Python client against pacer-engine serve"
+scripts/test-openai-client.sh "$CARGO_TARGET_DIR/release/pacer-engine"
