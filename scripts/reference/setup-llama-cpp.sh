@@ -17,5 +17,5 @@ python3 -m venv "$venv"
 echo "building llama-cpp-python $version from source (about 10 minutes on 2 cores)" >&2
 no_amx="-mno-amx-int8 -mno-amx-tile -mno-amx-bf16"
 CMAKE_ARGS="-DGGML_NATIVE=ON" CFLAGS="$no_amx" CXXFLAGS="$no_amx" \
-  "$venv/bin/pip" install --no-cache-dir --progress-bar on "llama-cpp-python==$version" "gguf==0.19.0" numpy jinja2 >&2
+  "$venv/bin/pip" install --no-cache-dir --progress-bar on "llama-cpp-python[server]==$version" "gguf==0.19.0" numpy jinja2 "httpx==0.28.1" >&2
 echo "$venv/bin/python"
