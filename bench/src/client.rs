@@ -1,0 +1,177 @@
+//! One streaming request to an OpenAI-compatible server, timed per SSE event. Works with any
+//! such server (Pacer, vLLM, llama.cpp, TGI): it asks for `stream_options.include_usage` and
+//! falls back to counting content events where the server sends no usage.
+
+use crate::metrics::RequestRecord;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::time::Instant;
+
+/// Which API a run targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `POST /v1/completions` with `prompt`.
+    Completions,
+    /// `POST /v1/chat/completions` with one user message.
+    Chat,
+}
+
+/// Where and how to send requests.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Server base URL, e.g. `http://127.0.0.1:8000`.
+    pub base_url: String,
+    /// `model` field.
+    pub model: String,
+    /// Endpoint.
+    pub endpoint: Endpoint,
+    /// Bearer token.
+    pub api_key: Option<String>,
+    /// Ask the server to ignore end-of-sequence so outputs have the requested length.
+    pub ignore_eos: bool,
+}
+
+/// The request body for `prompt` and `max_tokens`.
+pub fn body(target: &Target, prompt: &str, max_tokens: usize) -> Value {
+    let mut b = match target.endpoint {
+        Endpoint::Completions => json!({"prompt": prompt}),
+        Endpoint::Chat => json!({"messages": [{"role": "user", "content": prompt}]}),
+    };
+    b["model"] = json!(target.model);
+    b["max_tokens"] = json!(max_tokens);
+    b["stream"] = json!(true);
+    b["stream_options"] = json!({"include_usage": true});
+    b["temperature"] = json!(0);
+    if target.ignore_eos {
+        b["ignore_eos"] = json!(true);
+    }
+    b
+}
+
+/// Whether a parsed chunk carries generated content (role-only and usage-only chunks do not).
+pub fn content_of(chunk: &Value) -> Option<&str> {
+    let choice = chunk.get("choices")?.get(0)?;
+    let text = choice.get("text").or_else(|| choice.get("delta")?.get("content"))?.as_str()?;
+    (!text.is_empty()).then_some(text)
+}
+
+/// Sends one request and records its timeline, relative to `epoch`.
+pub async fn send(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Value,
+    epoch: Instant,
+    scheduled: f64,
+) -> RequestRecord {
+    let path = match target.endpoint {
+        Endpoint::Completions => "/v1/completions",
+        Endpoint::Chat => "/v1/chat/completions",
+    };
+    let mut req = client.post(format!("{}{path}", target.base_url.trim_end_matches('/'))).json(body);
+    if let Some(key) = &target.api_key {
+        req = req.bearer_auth(key);
+    }
+    let mut rec = RequestRecord {
+        scheduled,
+        sent: epoch.elapsed().as_secs_f64(),
+        token_source: "events",
+        ..Default::default()
+    };
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            rec.error = Some(format!("request failed: {e}"));
+            rec.closed = epoch.elapsed().as_secs_f64();
+            return rec;
+        }
+    };
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        rec.error = Some(format!("HTTP {status}: {text}"));
+        rec.closed = epoch.elapsed().as_secs_f64();
+        return rec;
+    }
+    let mut stream = resp.bytes_stream();
+    let mut buf = Vec::new();
+    let mut usage_tokens = None;
+    let mut done = false;
+    while let Some(chunk) = stream.next().await {
+        let now = epoch.elapsed().as_secs_f64();
+        match chunk {
+            Ok(bytes) => buf.extend_from_slice(&bytes),
+            Err(e) => {
+                rec.error = Some(format!("stream broke: {e}"));
+                break;
+            }
+        }
+        // Events end with a blank line; one network read may hold several or part of one.
+        while let Some(end) = find_event_end(&buf) {
+            let event: Vec<u8> = buf.drain(..end).collect();
+            for line in String::from_utf8_lossy(&event).lines() {
+                let Some(data) = line.strip_prefix("data:").map(str::trim) else { continue };
+                if data == "[DONE]" {
+                    done = true;
+                    continue;
+                }
+                let Ok(v) = serde_json::from_str::<Value>(data) else { continue };
+                if let Some(err) = v.get("error") {
+                    rec.error = Some(format!("server error: {err}"));
+                }
+                if content_of(&v).is_some() {
+                    rec.content_events.push(now);
+                }
+                if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+                    usage_tokens = u.get("completion_tokens").and_then(Value::as_u64).map(|n| n as usize);
+                    rec.prompt_tokens = u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0) as usize;
+                }
+            }
+        }
+    }
+    rec.closed = epoch.elapsed().as_secs_f64();
+    match usage_tokens {
+        Some(n) => {
+            rec.output_tokens = n;
+            rec.token_source = "usage";
+        }
+        None => rec.output_tokens = rec.content_events.len(),
+    }
+    if !done && rec.error.is_none() {
+        rec.error = Some("the stream ended without data: [DONE]".into());
+    }
+    rec
+}
+
+fn find_event_end(buf: &[u8]) -> Option<usize> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|p| p + 2);
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_and_usage_chunks_carry_no_content() {
+        let role = json!({"choices": [{"delta": {"role": "assistant", "content": ""}}]});
+        let usage = json!({"choices": [], "usage": {"completion_tokens": 3}});
+        let chat = json!({"choices": [{"delta": {"content": "Hi"}}]});
+        let text = json!({"choices": [{"text": " there"}]});
+        assert_eq!(content_of(&role), None);
+        assert_eq!(content_of(&usage), None);
+        assert_eq!(content_of(&chat), Some("Hi"));
+        assert_eq!(content_of(&text), Some(" there"));
+    }
+
+    #[test]
+    fn events_split_on_blank_lines_of_either_style() {
+        assert_eq!(find_event_end(b"data: a\n\ndata: b"), Some(9));
+        assert_eq!(find_event_end(b"data: a\r\n\r\n"), Some(11));
+        assert_eq!(find_event_end(b"data: a\n"), None);
+    }
+}

@@ -1,0 +1,15 @@
+//! `pacer-bench`: a client-side SLA benchmark for any OpenAI-compatible server, with the same
+//! latency vocabulary the engine and the operator use server-side.
+//!
+//! - [`metrics`]: TTFT, TPOT, ITL, E2E, goodput and percentiles from request timelines (pure).
+//! - [`load`]: arrival shapes (closed loop, Poisson / gamma / constant open loop) and
+//!   synthetic prompts.
+//! - [`client`]: one streaming request, timed per SSE event.
+//! - [`run`]: a whole run; [`report`]: its JSON report and terminal table.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod load;
+pub mod metrics;
+pub mod report;
+pub mod run;

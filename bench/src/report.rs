@@ -1,0 +1,113 @@
+//! The run report: throughput, goodput and latency distributions, as JSON whose field names
+//! follow `vllm bench serve` where the meaning is the same (`mean_ttft_ms`, `p99_itl_ms`,
+//! `request_goodput`, ...), and as a terminal table.
+
+use crate::metrics::{Distribution, RequestRecord, Slo};
+use crate::run::RunResult;
+use serde_json::{Map, Value, json};
+
+/// Builds the JSON report of `result`; `config` (load shape, target) is copied in as is.
+pub fn report(result: &RunResult, slo: &Slo, config: Value) -> Value {
+    let rs = &result.records;
+    let ok: Vec<&RequestRecord> = rs.iter().filter(|r| r.ok()).collect();
+    let dur = result.duration.max(1e-9);
+    let out_tokens: usize = ok.iter().map(|r| r.output_tokens).sum();
+    let in_tokens: usize = ok.iter().map(|r| r.prompt_tokens).sum();
+    let good: Vec<&&RequestRecord> = ok.iter().filter(|r| slo.good(r)).collect();
+    let mut m = Map::new();
+    m.insert("config".into(), config);
+    m.insert("duration".into(), json!(result.duration));
+    m.insert("completed".into(), json!(ok.len()));
+    m.insert("failed".into(), json!(rs.len() - ok.len()));
+    m.insert("total_input_tokens".into(), json!(in_tokens));
+    m.insert("total_output_tokens".into(), json!(out_tokens));
+    m.insert("request_throughput".into(), json!(ok.len() as f64 / dur));
+    m.insert("output_throughput".into(), json!(out_tokens as f64 / dur));
+    m.insert("total_token_throughput".into(), json!((in_tokens + out_tokens) as f64 / dur));
+    let sources: Map<String, Value> = ["usage", "events"]
+        .iter()
+        .map(|s| (s.to_string(), json!(rs.iter().filter(|r| r.token_source == *s).count())))
+        .collect();
+    m.insert("token_source".into(), Value::Object(sources));
+    if slo.any() {
+        m.insert("slo".into(), serde_json::to_value(slo).unwrap_or(Value::Null));
+        m.insert("request_goodput".into(), json!(good.len() as f64 / dur));
+        m.insert(
+            "token_goodput".into(),
+            json!(good.iter().map(|r| r.output_tokens).sum::<usize>() as f64 / dur),
+        );
+        m.insert("slo_attainment".into(), json!(good.len() as f64 / rs.len().max(1) as f64));
+        for (k, name) in ["ttft", "tpot", "e2el", "itl"].iter().enumerate() {
+            let given: Vec<bool> = rs.iter().filter_map(|r| slo.verdicts(r)[k]).collect();
+            if !given.is_empty() {
+                let rate = given.iter().filter(|&&p| p).count() as f64 / given.len() as f64;
+                m.insert(format!("{name}_slo_pass_rate"), json!(rate));
+            }
+        }
+    }
+    let dists = [
+        ("ttft", Distribution::of_seconds(ok.iter().filter_map(|r| r.ttft()))),
+        ("ttft_from_schedule", Distribution::of_seconds(ok.iter().filter_map(|r| r.ttft_from_schedule()))),
+        ("tpot", Distribution::of_seconds(ok.iter().filter_map(|r| r.tpot()))),
+        ("itl", Distribution::of_seconds(ok.iter().flat_map(|r| r.itls()))),
+        ("e2el", Distribution::of_seconds(ok.iter().filter_map(|r| r.e2e()))),
+        ("schedule_lag", Distribution::of_seconds(rs.iter().map(RequestRecord::schedule_lag))),
+    ];
+    for (name, d) in dists {
+        m.insert(format!("n_{name}"), json!(d.n));
+        m.insert(format!("mean_{name}_ms"), json!(d.mean));
+        m.insert(format!("median_{name}_ms"), json!(d.p50));
+        m.insert(format!("std_{name}_ms"), json!(d.std));
+        for (p, v) in [("p50", d.p50), ("p90", d.p90), ("p95", d.p95), ("p99", d.p99), ("p99.9", d.p999)] {
+            m.insert(format!("{p}_{name}_ms"), json!(v));
+        }
+        m.insert(format!("max_{name}_ms"), json!(d.max));
+    }
+    if let Some(e) = rs.iter().find_map(|r| r.error.clone()) {
+        m.insert("first_error".into(), json!(e));
+    }
+    Value::Object(m)
+}
+
+/// A terminal summary of a report.
+pub fn table(r: &Value) -> String {
+    let f = |k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let mut s = String::new();
+    s.push_str(&format!(
+        "requests: {} completed, {} failed in {:.2} s\n",
+        r["completed"],
+        r["failed"],
+        f("duration")
+    ));
+    s.push_str(&format!(
+        "throughput: {:.2} req/s, {:.1} output tok/s, {:.1} total tok/s\n",
+        f("request_throughput"),
+        f("output_throughput"),
+        f("total_token_throughput")
+    ));
+    if r.get("request_goodput").is_some() {
+        s.push_str(&format!(
+            "goodput: {:.2} req/s, {:.1} tok/s, SLO attainment {:.1}%\n",
+            f("request_goodput"),
+            f("token_goodput"),
+            100.0 * f("slo_attainment")
+        ));
+    }
+    s.push_str(&format!(
+        "{:<20} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+        "metric (ms)", "n", "mean", "p50", "p90", "p95", "p99"
+    ));
+    for name in ["ttft", "tpot", "itl", "e2el", "schedule_lag"] {
+        s.push_str(&format!(
+            "{:<20} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}\n",
+            name,
+            r[format!("n_{name}")],
+            f(&format!("mean_{name}_ms")),
+            f(&format!("p50_{name}_ms")),
+            f(&format!("p90_{name}_ms")),
+            f(&format!("p95_{name}_ms")),
+            f(&format!("p99_{name}_ms")),
+        ));
+    }
+    s
+}

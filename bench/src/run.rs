@@ -1,0 +1,120 @@
+//! Drives a run: warm-up, then requests sent on the chosen arrival shape, each timed by
+//! [`client::send`]; returns every request's record and the measured window.
+
+use crate::client::{self, Target};
+use crate::load::{Arrivals, Length, Rng, synthetic_prompt};
+use crate::metrics::RequestRecord;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    /// Arrival shape.
+    pub arrivals: Arrivals,
+    /// Measured requests.
+    pub requests: usize,
+    /// Requests sent (closed loop, one at a time) before measuring, and discarded.
+    pub warmup: usize,
+    /// Prompt length (≈ tokens).
+    pub input: Length,
+    /// `max_tokens` per request.
+    pub output: Length,
+    /// Words every prompt starts with (a shared system prompt).
+    pub shared_prefix: usize,
+    /// Seed for prompts, lengths and the schedule.
+    pub seed: u64,
+    /// Stop scheduling new requests after this long.
+    pub max_duration: Option<Duration>,
+}
+
+/// A finished run.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// One record per measured request (sent ones only, in schedule order).
+    pub records: Vec<RequestRecord>,
+    /// Seconds from the first send to the last stream closing.
+    pub duration: f64,
+}
+
+/// Runs `plan` against `target`; `on_done` is called after each measured request (progress).
+pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sync + 'static) -> RunResult {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new());
+    let mut rng = Rng::new(plan.seed);
+    let bodies: Vec<serde_json::Value> = (0..plan.requests + plan.warmup)
+        .map(|_| {
+            let prompt = synthetic_prompt(plan.input.sample(&mut rng), plan.shared_prefix, &mut rng);
+            client::body(target, &prompt, plan.output.sample(&mut rng))
+        })
+        .collect();
+    let warm_epoch = Instant::now();
+    for b in &bodies[plan.requests..] {
+        let _ = client::send(&client, target, b, warm_epoch, 0.0).await;
+    }
+    let bodies = Arc::new(bodies[..plan.requests].to_vec());
+    let schedule = plan.arrivals.schedule(plan.requests, &mut rng);
+    let epoch = Instant::now();
+    let deadline = plan.max_duration.map(|d| d.as_secs_f64());
+    let on_done = Arc::new(on_done);
+    let mut records: Vec<Option<RequestRecord>> = vec![None; plan.requests];
+    match plan.arrivals {
+        Arrivals::Open { .. } => {
+            let mut tasks = Vec::with_capacity(plan.requests);
+            for (i, &at) in schedule.iter().enumerate() {
+                if deadline.is_some_and(|d| at > d) {
+                    break;
+                }
+                tokio::time::sleep_until((epoch + Duration::from_secs_f64(at)).into()).await;
+                let (client, target, bodies, on_done) =
+                    (client.clone(), target.clone(), bodies.clone(), on_done.clone());
+                tasks.push(tokio::spawn(async move {
+                    let r = client::send(&client, &target, &bodies[i], epoch, at).await;
+                    on_done();
+                    (i, r)
+                }));
+            }
+            for t in tasks {
+                if let Ok((i, r)) = t.await {
+                    records[i] = Some(r);
+                }
+            }
+        }
+        Arrivals::Closed { concurrency } => {
+            let next = Arc::new(AtomicUsize::new(0));
+            let workers: Vec<_> = (0..concurrency.max(1))
+                .map(|_| {
+                    let (client, target, bodies, on_done, next) =
+                        (client.clone(), target.clone(), bodies.clone(), on_done.clone(), next.clone());
+                    tokio::spawn(async move {
+                        let mut mine = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let now = epoch.elapsed().as_secs_f64();
+                            if i >= bodies.len() || deadline.is_some_and(|d| now > d) {
+                                return mine;
+                            }
+                            mine.push((i, client::send(&client, &target, &bodies[i], epoch, now).await));
+                            on_done();
+                        }
+                    })
+                })
+                .collect();
+            for w in workers {
+                if let Ok(done) = w.await {
+                    for (i, r) in done {
+                        records[i] = Some(r);
+                    }
+                }
+            }
+        }
+    }
+    let records: Vec<RequestRecord> = records.into_iter().flatten().collect();
+    let first = records.iter().map(|r| r.sent).fold(f64::INFINITY, f64::min);
+    let last = records.iter().map(|r| r.closed).fold(0.0, f64::max);
+    RunResult { duration: if records.is_empty() { 0.0 } else { last - first }, records }
+}
