@@ -5,7 +5,8 @@
 //! - [`load`]: arrival shapes (closed loop, Poisson / gamma / constant open loop) and
 //!   synthetic prompts.
 //! - [`client`]: one streaming request, timed per SSE event.
-//! - [`run`]: a whole run; [`report`]: its JSON report and terminal table.
+//! - [`run`]: a whole run; [`report`]: its JSON report and terminal tables.
+//! - [`search`]: the highest rate that holds an SLA (pure bracketing and bisection).
 #![forbid(unsafe_code)]
 
 pub mod client;
@@ -13,3 +14,4 @@ pub mod load;
 pub mod metrics;
 pub mod report;
 pub mod run;
+pub mod search;

@@ -1,12 +1,14 @@
-//! `pacer-bench run`: load an OpenAI-compatible server and report TTFT, TPOT, ITL, E2E,
-//! throughput and goodput against SLOs.
+//! `pacer-bench`: load an OpenAI-compatible server and report TTFT, TPOT, ITL, E2E, throughput
+//! and goodput against SLOs; sweep load levels; search the highest rate that holds an SLA.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use pacer_bench::client::{Endpoint, Target};
 use pacer_bench::load::{Arrivals, Length};
 use pacer_bench::metrics::Slo;
-use pacer_bench::run::{RunPlan, run};
+use pacer_bench::run::{RunPlan, RunResult, run};
+use pacer_bench::search::{Probe, SearchSpace, next_probe};
+use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,10 +27,15 @@ struct Cli {
 enum Command {
     /// Run one load level and report latency, throughput and goodput.
     Run(RunArgs),
+    /// Run several load levels (concurrencies or rates) and report each.
+    Sweep(SweepArgs),
+    /// Find the highest request rate whose SLO attainment stays at the target.
+    Search(SearchArgs),
 }
 
-#[derive(Args, Debug)]
-struct RunArgs {
+/// Server, workload and SLOs: shared by every command.
+#[derive(Args, Debug, Clone)]
+struct Common {
     /// Server base URL.
     #[arg(long, env = "PACER_BENCH_URL", default_value = "http://127.0.0.1:8000")]
     base_url: String,
@@ -41,19 +48,10 @@ struct RunArgs {
     /// Bearer token.
     #[arg(long, env = "PACER_BENCH_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Closed loop: requests in flight (excludes --request-rate).
-    #[arg(long, conflicts_with = "request_rate")]
-    concurrency: Option<usize>,
-    /// Open loop: mean requests per second.
-    #[arg(long)]
-    request_rate: Option<f64>,
-    /// Open loop: gamma shape of inter-arrival times (1 = Poisson, <1 burstier, inf = constant).
-    #[arg(long, default_value_t = 1.0)]
-    burstiness: f64,
-    /// Measured requests.
+    /// Measured requests per level.
     #[arg(long, default_value_t = 100)]
     num_requests: usize,
-    /// Stop scheduling new requests after this many seconds.
+    /// Stop scheduling new requests of a level after this many seconds.
     #[arg(long)]
     duration: Option<f64>,
     /// Unmeasured requests sent first, one at a time.
@@ -74,6 +72,9 @@ struct RunArgs {
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Open loop: gamma shape of inter-arrival times (1 = Poisson, <1 burstier, inf = constant).
+    #[arg(long, default_value_t = 1.0)]
+    burstiness: f64,
     /// SLO on TTFT, ms.
     #[arg(long)]
     slo_ttft_ms: Option<f64>,
@@ -89,68 +90,150 @@ struct RunArgs {
     /// Write the JSON report here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Closed loop: requests in flight (excludes --request-rate).
+    #[arg(long, conflicts_with = "request_rate")]
+    concurrency: Option<usize>,
+    /// Open loop: mean requests per second.
+    #[arg(long)]
+    request_rate: Option<f64>,
     /// Write one JSON line per request here.
     #[arg(long)]
     requests_jsonl: Option<PathBuf>,
 }
 
+#[derive(Args, Debug)]
+struct SweepArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Closed-loop levels, e.g. 1,2,4,8 (excludes --request-rates).
+    #[arg(long, value_delimiter = ',', conflicts_with = "request_rates")]
+    concurrencies: Vec<usize>,
+    /// Open-loop levels in requests per second, e.g. 0.5,1,2,4.
+    #[arg(long, value_delimiter = ',')]
+    request_rates: Vec<f64>,
+}
+
+#[derive(Args, Debug)]
+struct SearchArgs {
+    #[command(flatten)]
+    common: Common,
+    /// SLO attainment a rate must reach to pass.
+    #[arg(long, default_value_t = 0.95)]
+    target_attainment: f64,
+    /// Lowest rate tried, requests per second.
+    #[arg(long, default_value_t = 0.25)]
+    min_rate: f64,
+    /// Highest rate tried, requests per second.
+    #[arg(long, default_value_t = 64.0)]
+    max_rate: f64,
+    /// Stop when the passing and failing rates are within this ratio.
+    #[arg(long, default_value_t = 1.1)]
+    precision: f64,
+    /// Most probes.
+    #[arg(long, default_value_t = 10)]
+    max_probes: usize,
+}
+
 fn main() -> Result<()> {
     tracing_subscriber::fmt().with_writer(std::io::stderr).init();
     let Cli { command } = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match command {
-        Command::Run(args) => run_cmd(args),
+        Command::Run(a) => run_cmd(&runtime, a),
+        Command::Sweep(a) => sweep_cmd(&runtime, a),
+        Command::Search(a) => search_cmd(&runtime, a),
     }
 }
 
-fn run_cmd(a: RunArgs) -> Result<()> {
+impl Common {
+    fn target(&self) -> Target {
+        Target {
+            base_url: self.base_url.clone(),
+            model: self.model.clone(),
+            endpoint: self.endpoint,
+            api_key: self.api_key.clone(),
+            ignore_eos: self.ignore_eos,
+        }
+    }
+
+    fn slo(&self) -> Slo {
+        Slo {
+            ttft_ms: self.slo_ttft_ms,
+            tpot_ms: self.slo_tpot_ms,
+            e2e_ms: self.slo_e2e_ms,
+            itl_ms: self.slo_itl_ms,
+        }
+    }
+
+    fn plan(&self, arrivals: Arrivals) -> RunPlan {
+        RunPlan {
+            arrivals,
+            requests: self.num_requests,
+            warmup: self.warmup,
+            input: self.input_len,
+            output: self.output_len,
+            shared_prefix: self.shared_prefix,
+            seed: self.seed,
+            max_duration: self.duration.map(Duration::from_secs_f64),
+        }
+    }
+
+    fn open(&self, rate: f64) -> Result<Arrivals> {
+        if rate <= 0.0 || self.burstiness <= 0.0 {
+            bail!("request rates and --burstiness must be positive");
+        }
+        Ok(Arrivals::Open { rate, burstiness: self.burstiness })
+    }
+
+    fn config(&self, arrivals: Arrivals) -> Value {
+        json!({
+            "base_url": self.base_url, "model": self.model, "endpoint": self.endpoint, "arrivals": arrivals,
+            "num_requests": self.num_requests, "input_len": self.input_len, "output_len": self.output_len,
+            "shared_prefix": self.shared_prefix, "ignore_eos": self.ignore_eos, "seed": self.seed,
+        })
+    }
+
+    /// Runs one level with a progress bar and returns (report, raw result).
+    fn level(&self, rt: &tokio::runtime::Runtime, arrivals: Arrivals, label: &str) -> (Value, RunResult) {
+        let bar = indicatif::ProgressBar::new(self.num_requests as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {msg} {pos}/{len} requests [{bar:30}] {elapsed}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(label.to_string());
+        let progress = bar.clone();
+        let result = rt.block_on(run(&self.target(), &self.plan(arrivals), move || progress.inc(1)));
+        bar.finish_and_clear();
+        (pacer_bench::report::report(&result, &self.slo(), self.config(arrivals)), result)
+    }
+
+    fn write_json(&self, v: &Value) -> Result<()> {
+        if let Some(path) = &self.json {
+            std::fs::write(path, serde_json::to_string_pretty(v)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+fn run_cmd(rt: &tokio::runtime::Runtime, a: RunArgs) -> Result<()> {
     let arrivals = match (a.concurrency, a.request_rate) {
         (Some(c), None) if c > 0 => Arrivals::Closed { concurrency: c },
-        (None, Some(r)) if r > 0.0 => Arrivals::Open { rate: r, burstiness: a.burstiness },
+        (None, Some(r)) => a.common.open(r)?,
         (None, None) => Arrivals::Closed { concurrency: 1 },
-        _ => bail!("--concurrency must be positive, --request-rate must be positive"),
+        _ => bail!("--concurrency must be positive"),
     };
-    if a.burstiness <= 0.0 {
-        bail!("--burstiness must be positive");
-    }
-    let target = Target {
-        base_url: a.base_url.clone(),
-        model: a.model.clone(),
-        endpoint: a.endpoint,
-        api_key: a.api_key.clone(),
-        ignore_eos: a.ignore_eos,
-    };
-    let plan = RunPlan {
-        arrivals,
-        requests: a.num_requests,
-        warmup: a.warmup,
-        input: a.input_len,
-        output: a.output_len,
-        shared_prefix: a.shared_prefix,
-        seed: a.seed,
-        max_duration: a.duration.map(Duration::from_secs_f64),
-    };
-    let slo =
-        Slo { ttft_ms: a.slo_ttft_ms, tpot_ms: a.slo_tpot_ms, e2e_ms: a.slo_e2e_ms, itl_ms: a.slo_itl_ms };
-    let bar = indicatif::ProgressBar::new(plan.requests as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {pos}/{len} requests [{bar:30}] {elapsed}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let progress = bar.clone();
-    let result = runtime.block_on(run(&target, &plan, move || progress.inc(1)));
-    bar.finish_and_clear();
-    let config = serde_json::json!({
-        "base_url": a.base_url, "model": a.model, "endpoint": a.endpoint, "arrivals": arrivals,
-        "num_requests": a.num_requests, "input_len": a.input_len, "output_len": a.output_len,
-        "shared_prefix": a.shared_prefix, "ignore_eos": a.ignore_eos, "seed": a.seed,
-    });
-    let report = pacer_bench::report::report(&result, &slo, config);
+    let (report, result) = a.common.level(rt, arrivals, "run");
     print!("{}", pacer_bench::report::table(&report));
-    if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    a.common.write_json(&report)?;
     if let Some(path) = &a.requests_jsonl {
         let lines: Vec<String> =
             result.records.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
@@ -158,10 +241,66 @@ fn run_cmd(a: RunArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if report["completed"] == 0 {
-        bail!(
-            "no request completed; first error: {}",
-            report.get("first_error").unwrap_or(&serde_json::Value::Null)
-        );
+        bail!("no request completed; first error: {}", report.get("first_error").unwrap_or(&Value::Null));
     }
     Ok(())
+}
+
+fn sweep_cmd(rt: &tokio::runtime::Runtime, a: SweepArgs) -> Result<()> {
+    let levels: Vec<Arrivals> = if !a.concurrencies.is_empty() {
+        a.concurrencies.iter().map(|&c| Arrivals::Closed { concurrency: c.max(1) }).collect()
+    } else if !a.request_rates.is_empty() {
+        a.request_rates.iter().map(|&r| a.common.open(r)).collect::<Result<_>>()?
+    } else {
+        bail!("give --concurrencies or --request-rates");
+    };
+    let mut reports = Vec::new();
+    for (i, arrivals) in levels.iter().enumerate() {
+        let (report, _) = a.common.level(rt, *arrivals, &format!("level {}/{}", i + 1, levels.len()));
+        reports.push(report);
+    }
+    print!("{}", pacer_bench::report::sweep_table(&reports));
+    a.common.write_json(&json!({"levels": reports}))
+}
+
+fn search_cmd(rt: &tokio::runtime::Runtime, a: SearchArgs) -> Result<()> {
+    if !a.common.slo().any() {
+        bail!("search needs at least one SLO (--slo-ttft-ms, --slo-tpot-ms, --slo-e2e-ms, --slo-itl-ms)");
+    }
+    let space = SearchSpace {
+        min_rate: a.min_rate,
+        max_rate: a.max_rate,
+        target_attainment: a.target_attainment,
+        precision: a.precision,
+        max_probes: a.max_probes,
+    };
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut reports = Vec::new();
+    while let Some(rate) = next_probe(&space, &probes) {
+        let (report, _) = a.common.level(rt, a.common.open(rate)?, &format!("probe {:.3} req/s", rate));
+        let attainment = report["slo_attainment"].as_f64().unwrap_or(0.0);
+        eprintln!("rate {rate:.3} req/s: attainment {:.1}%", attainment * 100.0);
+        probes.push(Probe { rate, attainment });
+        reports.push(report);
+    }
+    let best = probes
+        .iter()
+        .filter(|p| p.attainment >= space.target_attainment)
+        .map(|p| p.rate)
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+    match best {
+        Some(r) => println!(
+            "highest rate meeting the SLO at {:.0}% attainment: {r:.3} req/s",
+            space.target_attainment * 100.0
+        ),
+        None => println!(
+            "no rate down to {:.3} req/s met the SLO at {:.0}% attainment",
+            space.min_rate,
+            space.target_attainment * 100.0
+        ),
+    }
+    print!("{}", pacer_bench::report::sweep_table(&reports));
+    a.common.write_json(
+        &json!({"best_rate": best, "target_attainment": space.target_attainment, "probes": reports}),
+    )
 }

@@ -111,3 +111,31 @@ pub fn table(r: &Value) -> String {
     }
     s
 }
+
+/// One row per level of a sweep or search: load, throughput, goodput and P95 latencies.
+pub fn sweep_table(reports: &[Value]) -> String {
+    let f = |r: &Value, k: &str| r.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let mut s = format!(
+        "{:<16} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "load", "req/s", "out tok/s", "goodput", "attain %", "p95 ttft", "p95 tpot", "p95 itl"
+    );
+    for r in reports {
+        let a = &r["config"]["arrivals"];
+        let load = match a["kind"].as_str() {
+            Some("closed") => format!("conc {}", a["concurrency"]),
+            _ => format!("rate {:.3}", a["rate"].as_f64().unwrap_or(f64::NAN)),
+        };
+        s.push_str(&format!(
+            "{:<16} {:>9.2} {:>10.1} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10.1}\n",
+            load,
+            f(r, "request_throughput"),
+            f(r, "output_throughput"),
+            f(r, "request_goodput"),
+            100.0 * f(r, "slo_attainment"),
+            f(r, "p95_ttft_ms"),
+            f(r, "p95_tpot_ms"),
+            f(r, "p95_itl_ms"),
+        ));
+    }
+    s
+}
