@@ -2,7 +2,7 @@
 //! such server (Pacer, vLLM, llama.cpp, TGI): it asks for `stream_options.include_usage` and
 //! falls back to counting content events where the server sends no usage.
 
-use crate::metrics::RequestRecord;
+use crate::metrics::{RequestRecord, TokenSource};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::time::Instant;
@@ -75,7 +75,7 @@ pub async fn send(
     let mut rec = RequestRecord {
         scheduled,
         sent: epoch.elapsed().as_secs_f64(),
-        token_source: "events",
+        token_source: TokenSource::Events,
         ..Default::default()
     };
     let resp = match req.send().await {
@@ -133,7 +133,7 @@ pub async fn send(
     match usage_tokens {
         Some(n) => {
             rec.output_tokens = n;
-            rec.token_source = "usage";
+            rec.token_source = TokenSource::Usage;
         }
         None => rec.output_tokens = rec.content_events.len(),
     }

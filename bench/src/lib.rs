@@ -6,6 +6,7 @@
 //!   synthetic prompts.
 //! - [`client`]: one streaming request, timed per SSE event.
 //! - [`run`]: a whole run; [`report`]: its JSON report and terminal tables.
+//! - [`stats`]: bootstrap intervals for tail percentiles and A/B comparison.
 //! - [`search`]: the highest rate that holds an SLA (pure bracketing and bisection).
 #![forbid(unsafe_code)]
 
@@ -15,3 +16,4 @@ pub mod metrics;
 pub mod report;
 pub mod run;
 pub mod search;
+pub mod stats;

@@ -31,6 +31,23 @@ enum Command {
     Sweep(SweepArgs),
     /// Find the highest request rate whose SLO attainment stays at the target.
     Search(SearchArgs),
+    /// Compare two runs' per-request files (from `run --requests-jsonl`): B − A at P50 and P95
+    /// of each latency, with bootstrap intervals that say which differences are significant.
+    Compare(CompareArgs),
+}
+
+#[derive(Args, Debug)]
+struct CompareArgs {
+    /// Baseline run (JSON lines).
+    a: PathBuf,
+    /// Candidate run (JSON lines).
+    b: PathBuf,
+    /// Bootstrap resamples.
+    #[arg(long, default_value_t = 1000)]
+    iterations: usize,
+    /// Write the comparison as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 /// Server, workload and SLOs: shared by every command.
@@ -148,6 +165,7 @@ fn main() -> Result<()> {
         Command::Run(a) => run_cmd(&runtime, a),
         Command::Sweep(a) => sweep_cmd(&runtime, a),
         Command::Search(a) => search_cmd(&runtime, a),
+        Command::Compare(a) => compare_cmd(a),
     }
 }
 
@@ -303,4 +321,39 @@ fn search_cmd(rt: &tokio::runtime::Runtime, a: SearchArgs) -> Result<()> {
     a.common.write_json(
         &json!({"best_rate": best, "target_attainment": space.target_attainment, "probes": reports}),
     )
+}
+
+fn read_records(path: &std::path::Path) -> Result<Vec<pacer_bench::metrics::RequestRecord>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", path.display(), i + 1)))
+        .collect()
+}
+
+fn compare_cmd(a: CompareArgs) -> Result<()> {
+    let (ra, rb) = (read_records(&a.a)?, read_records(&a.b)?);
+    let diffs = pacer_bench::stats::compare(&ra, &rb, a.iterations, 0);
+    println!(
+        "{:<6} {:>5} {:>10} {:>10} {:>10} {:>22}",
+        "metric", "pct", "A ms", "B ms", "B-A ms", "95% CI of B-A"
+    );
+    for d in &diffs {
+        println!(
+            "{:<6} {:>5} {:>10.2} {:>10.2} {:>+10.2} {:>22}  {}",
+            d.metric,
+            format!("p{}", d.percentile),
+            d.a,
+            d.b,
+            d.b - d.a,
+            format!("[{:+.2}, {:+.2}]", d.ci.0, d.ci.1),
+            if d.significant { "significant" } else { "within noise" }
+        );
+    }
+    if let Some(path) = &a.json {
+        std::fs::write(path, serde_json::to_string_pretty(&diffs)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -9,10 +9,21 @@
 //! - ITL = every gap c(j+1) − c(j), pooled over requests
 //! - goodput: requests meeting every SLO given, per second of the measured window
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// Where a request's output token count came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The server's `usage` chunk.
+    Usage,
+    /// Counting content events (one token each), when the server sent no usage.
+    #[default]
+    Events,
+}
 
 /// What one request observed, in seconds since the run started.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestRecord {
     /// Scheduled send time.
     pub scheduled: f64,
@@ -26,8 +37,8 @@ pub struct RequestRecord {
     pub prompt_tokens: usize,
     /// Output tokens.
     pub output_tokens: usize,
-    /// Where `output_tokens` came from: `usage` or `events`.
-    pub token_source: &'static str,
+    /// Where `output_tokens` came from.
+    pub token_source: TokenSource,
     /// The error, for a failed request.
     pub error: Option<String>,
 }
@@ -174,7 +185,7 @@ mod tests {
             closed: events.last().copied().unwrap_or(sent),
             prompt_tokens: 10,
             output_tokens: tokens,
-            token_source: "usage",
+            token_source: TokenSource::Usage,
             error: None,
         }
     }

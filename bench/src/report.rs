@@ -2,7 +2,7 @@
 //! follow `vllm bench serve` where the meaning is the same (`mean_ttft_ms`, `p99_itl_ms`,
 //! `request_goodput`, ...), and as a terminal table.
 
-use crate::metrics::{Distribution, RequestRecord, Slo};
+use crate::metrics::{Distribution, RequestRecord, Slo, TokenSource};
 use crate::run::RunResult;
 use serde_json::{Map, Value, json};
 
@@ -24,9 +24,9 @@ pub fn report(result: &RunResult, slo: &Slo, config: Value) -> Value {
     m.insert("request_throughput".into(), json!(ok.len() as f64 / dur));
     m.insert("output_throughput".into(), json!(out_tokens as f64 / dur));
     m.insert("total_token_throughput".into(), json!((in_tokens + out_tokens) as f64 / dur));
-    let sources: Map<String, Value> = ["usage", "events"]
+    let sources: Map<String, Value> = [("usage", TokenSource::Usage), ("events", TokenSource::Events)]
         .iter()
-        .map(|s| (s.to_string(), json!(rs.iter().filter(|r| r.token_source == *s).count())))
+        .map(|(name, s)| (name.to_string(), json!(rs.iter().filter(|r| r.token_source == *s).count())))
         .collect();
     m.insert("token_source".into(), Value::Object(sources));
     if slo.any() {
@@ -53,6 +53,23 @@ pub fn report(result: &RunResult, slo: &Slo, config: Value) -> Value {
         ("e2el", Distribution::of_seconds(ok.iter().filter_map(|r| r.e2e()))),
         ("schedule_lag", Distribution::of_seconds(rs.iter().map(RequestRecord::schedule_lag))),
     ];
+    // Bootstrap intervals for the tails: a P99 from 100 requests is a rough number, and the
+    // interval says how rough.
+    let mut rng = crate::load::Rng::new(0xC1);
+    let tail_samples: [(&str, Vec<f64>); 4] = [
+        ("ttft", ok.iter().filter_map(|r| r.ttft()).map(|s| s * 1e3).collect()),
+        ("tpot", ok.iter().filter_map(|r| r.tpot()).map(|s| s * 1e3).collect()),
+        ("itl", ok.iter().flat_map(|r| r.itls()).map(|s| s * 1e3).collect()),
+        ("e2el", ok.iter().filter_map(|r| r.e2e()).map(|s| s * 1e3).collect()),
+    ];
+    for (name, samples) in &tail_samples {
+        let iterations = if samples.len() > 20_000 { 100 } else { 400 };
+        for q in [95.0, 99.0] {
+            if let Some((lo, hi)) = crate::stats::percentile_ci(samples, q, iterations, &mut rng) {
+                m.insert(format!("p{q}_{name}_ms_ci95"), json!([lo, hi]));
+            }
+        }
+    }
     for (name, d) in dists {
         m.insert(format!("n_{name}"), json!(d.n));
         m.insert(format!("mean_{name}_ms"), json!(d.mean));

@@ -9,6 +9,7 @@ use axum::routing::post;
 use futures::stream::{self, StreamExt};
 use pacer_bench::client::{Endpoint, Target};
 use pacer_bench::load::{Arrivals, Length};
+use pacer_bench::metrics::TokenSource;
 use pacer_bench::run::{RunPlan, run};
 use std::convert::Infallible;
 use std::time::Duration;
@@ -79,7 +80,7 @@ async fn metrics_match_the_scripted_timeline() {
     for r in &result.records {
         assert!(r.ok(), "{:?}", r.error);
         assert_eq!(r.content_events.len(), 5, "role and usage chunks are not content");
-        assert_eq!((r.output_tokens, r.prompt_tokens, r.token_source), (5, 7, "usage"));
+        assert_eq!((r.output_tokens, r.prompt_tokens, r.token_source), (5, 7, TokenSource::Usage));
         let ttft = r.ttft().unwrap() * 1e3;
         assert!((FIRST_MS as f64..FIRST_MS as f64 + 40.0).contains(&ttft), "TTFT {ttft} ms");
         for gap in r.itls() {
@@ -102,7 +103,7 @@ async fn without_usage_tokens_are_counted_from_events() {
         run(&target(&url, Endpoint::Completions), &plan(Arrivals::Closed { concurrency: 1 }, 2), || {}).await;
     for r in &result.records {
         assert!(r.ok(), "{:?}", r.error);
-        assert_eq!((r.output_tokens, r.token_source), (3, "events"));
+        assert_eq!((r.output_tokens, r.token_source), (3, TokenSource::Events));
     }
 }
 

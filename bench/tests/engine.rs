@@ -5,6 +5,7 @@
 
 use pacer_bench::client::{Endpoint, Target};
 use pacer_bench::load::{Arrivals, Length};
+use pacer_bench::metrics::TokenSource;
 use pacer_bench::run::{RunPlan, run};
 use pacer_engine::scheduler::BatchSettings;
 use pacer_engine::server::{self, ServeConfig};
@@ -66,7 +67,7 @@ async fn token_counts_equal_the_engines_generation_counter() {
     };
     let result = run(&target, &plan, || {}).await;
     let counted: usize = result.records.iter().map(|r| r.output_tokens).sum();
-    assert!(result.records.iter().all(|r| r.ok() && r.token_source == "usage"));
+    assert!(result.records.iter().all(|r| r.ok() && r.token_source == TokenSource::Usage));
     assert_eq!(counted as f64, generated_total(&url).await - before);
     // With one token per SSE event, content events match the usage count too.
     assert!(result.records.iter().all(|r| r.content_events.len() <= r.output_tokens));
