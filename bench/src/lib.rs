@@ -6,6 +6,7 @@
 //!   synthetic prompts.
 //! - [`client`]: one streaming request, timed per SSE event.
 //! - [`run`]: a whole run; [`report`]: its JSON report and terminal tables.
+//! - [`plots`]: SVG histograms, scatters and the sweep's latency-throughput curve.
 //! - [`stats`]: bootstrap intervals for tail percentiles and A/B comparison.
 //! - [`search`]: the highest rate that holds an SLA (pure bracketing and bisection).
 #![forbid(unsafe_code)]
@@ -13,6 +14,7 @@
 pub mod client;
 pub mod load;
 pub mod metrics;
+pub mod plots;
 pub mod report;
 pub mod run;
 pub mod search;

@@ -107,6 +107,9 @@ struct Common {
     /// Write the JSON report here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write SVG plots into this directory.
+    #[arg(long)]
+    plots: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -252,6 +255,10 @@ fn run_cmd(rt: &tokio::runtime::Runtime, a: RunArgs) -> Result<()> {
     let (report, result) = a.common.level(rt, arrivals, "run");
     print!("{}", pacer_bench::report::table(&report));
     a.common.write_json(&report)?;
+    if let Some(dir) = &a.common.plots {
+        let files = pacer_bench::plots::run_plots(dir, &result.records).map_err(anyhow::Error::msg)?;
+        eprintln!("plots: {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
     if let Some(path) = &a.requests_jsonl {
         let lines: Vec<String> =
             result.records.iter().map(|r| serde_json::to_string(r).unwrap_or_default()).collect();
@@ -278,6 +285,12 @@ fn sweep_cmd(rt: &tokio::runtime::Runtime, a: SweepArgs) -> Result<()> {
         reports.push(report);
     }
     print!("{}", pacer_bench::report::sweep_table(&reports));
+    if let Some(dir) = &a.common.plots {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("latency_vs_throughput.svg");
+        pacer_bench::plots::sweep_plot(&path, &reports).map_err(anyhow::Error::msg)?;
+        eprintln!("plot: {}", path.display());
+    }
     a.common.write_json(&json!({"levels": reports}))
 }
 

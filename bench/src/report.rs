@@ -142,13 +142,16 @@ pub fn sweep_table(reports: &[Value]) -> String {
             Some("closed") => format!("conc {}", a["concurrency"]),
             _ => format!("rate {:.3}", a["rate"].as_f64().unwrap_or(f64::NAN)),
         };
+        // Without SLOs there is no goodput: show a dash, not NaN.
+        let or_dash =
+            |v: f64, digits: usize| if v.is_finite() { format!("{v:.digits$}") } else { "-".into() };
         s.push_str(&format!(
-            "{:<16} {:>9.2} {:>10.1} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10.1}\n",
+            "{:<16} {:>9.2} {:>10.1} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1}\n",
             load,
             f(r, "request_throughput"),
             f(r, "output_throughput"),
-            f(r, "request_goodput"),
-            100.0 * f(r, "slo_attainment"),
+            or_dash(f(r, "request_goodput"), 2),
+            or_dash(100.0 * f(r, "slo_attainment"), 1),
             f(r, "p95_ttft_ms"),
             f(r, "p95_tpot_ms"),
             f(r, "p95_itl_ms"),
