@@ -60,6 +60,10 @@ fn main() {
             shared_prefix: 0,
             seed: 0,
             max_duration: None,
+            dataset: None,
+            replay: None,
+            dataset: None,
+            replay: None,
         };
         let result = rt.block_on(run(&target, &plan, || {}));
         let ok = result.records.iter().filter(|r| r.ok()).count();

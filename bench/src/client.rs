@@ -34,10 +34,28 @@ pub struct Target {
 
 /// The request body for `prompt` and `max_tokens`.
 pub fn body(target: &Target, prompt: &str, max_tokens: usize) -> Value {
-    let mut b = match target.endpoint {
+    let input = match target.endpoint {
         Endpoint::Completions => json!({"prompt": prompt}),
         Endpoint::Chat => json!({"messages": [{"role": "user", "content": prompt}]}),
     };
+    finish_body(target, input, max_tokens)
+}
+
+/// The request body for a dataset item (`messages` need the chat endpoint).
+pub fn body_for_item(
+    target: &Target,
+    item: &crate::dataset::DatasetItem,
+    default_max_tokens: usize,
+) -> Result<Value, String> {
+    let input = match (&item.prompt, &item.messages, target.endpoint) {
+        (Some(p), _, _) => return Ok(body(target, p, item.max_tokens.unwrap_or(default_max_tokens))),
+        (None, Some(m), Endpoint::Chat) => json!({"messages": m}),
+        _ => return Err("a `messages` item needs --endpoint chat".into()),
+    };
+    Ok(finish_body(target, input, item.max_tokens.unwrap_or(default_max_tokens)))
+}
+
+fn finish_body(target: &Target, mut b: Value, max_tokens: usize) -> Value {
     b["model"] = json!(target.model);
     b["max_tokens"] = json!(max_tokens);
     b["stream"] = json!(true);

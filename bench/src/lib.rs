@@ -4,6 +4,7 @@
 //! - [`metrics`]: TTFT, TPOT, ITL, E2E, goodput and percentiles from request timelines (pure).
 //! - [`load`]: arrival shapes (closed loop, Poisson / gamma / constant open loop) and
 //!   synthetic prompts.
+//! - [`dataset`]: requests from a JSON-lines file, and trace replay.
 //! - [`client`]: one streaming request, timed per SSE event.
 //! - [`run`]: a whole run; [`report`]: its JSON report and terminal tables.
 //! - [`plots`]: SVG histograms, scatters and the sweep's latency-throughput curve.
@@ -12,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod dataset;
 pub mod load;
 pub mod metrics;
 pub mod plots;

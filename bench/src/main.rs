@@ -89,6 +89,13 @@ struct Common {
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Requests from a JSON-lines file (`prompt` or `messages`, optional `max_tokens`,
+    /// optional `timestamp`) instead of synthetic prompts.
+    #[arg(long)]
+    dataset: Option<PathBuf>,
+    /// Send the dataset's requests at their `timestamp`s (open loop), this many times faster.
+    #[arg(long)]
+    replay_speedup: Option<f64>,
     /// Open loop: gamma shape of inter-arrival times (1 = Poisson, <1 burstier, inf = constant).
     #[arg(long, default_value_t = 1.0)]
     burstiness: f64,
@@ -192,8 +199,33 @@ impl Common {
         }
     }
 
-    fn plan(&self, arrivals: Arrivals) -> RunPlan {
-        RunPlan {
+    fn plan(&self, arrivals: Arrivals) -> Result<RunPlan> {
+        let dataset = match &self.dataset {
+            None => None,
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                let items = pacer_bench::dataset::parse(&text)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let target = self.target();
+                for (i, item) in items.iter().enumerate() {
+                    pacer_bench::client::body_for_item(&target, item, 1)
+                        .map_err(|e| anyhow::anyhow!("{} request {}: {e}", path.display(), i + 1))?;
+                }
+                Some(items)
+            }
+        };
+        let replay = match (self.replay_speedup, &dataset) {
+            (None, _) => None,
+            (Some(s), Some(items)) if s > 0.0 => {
+                Some(pacer_bench::dataset::replay_schedule(items, s).map_err(anyhow::Error::msg)?)
+            }
+            (Some(_), Some(_)) => bail!("--replay-speedup must be positive"),
+            (Some(_), None) => bail!("--replay-speedup needs --dataset with timestamps"),
+        };
+        Ok(RunPlan {
+            dataset,
+            replay,
             arrivals,
             requests: self.num_requests,
             warmup: self.warmup,
@@ -202,7 +234,7 @@ impl Common {
             shared_prefix: self.shared_prefix,
             seed: self.seed,
             max_duration: self.duration.map(Duration::from_secs_f64),
-        }
+        })
     }
 
     fn open(&self, rate: f64) -> Result<Arrivals> {
@@ -221,7 +253,13 @@ impl Common {
     }
 
     /// Runs one level with a progress bar and returns (report, raw result).
-    fn level(&self, rt: &tokio::runtime::Runtime, arrivals: Arrivals, label: &str) -> (Value, RunResult) {
+    fn level(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        arrivals: Arrivals,
+        label: &str,
+    ) -> Result<(Value, RunResult)> {
+        let plan = self.plan(arrivals)?;
         let bar = indicatif::ProgressBar::new(self.num_requests as u64);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -231,9 +269,9 @@ impl Common {
         );
         bar.set_message(label.to_string());
         let progress = bar.clone();
-        let result = rt.block_on(run(&self.target(), &self.plan(arrivals), move || progress.inc(1)));
+        let result = rt.block_on(run(&self.target(), &plan, move || progress.inc(1)));
         bar.finish_and_clear();
-        (pacer_bench::report::report(&result, &self.slo(), self.config(arrivals)), result)
+        Ok((pacer_bench::report::report(&result, &self.slo(), self.config(arrivals)), result))
     }
 
     fn write_json(&self, v: &Value) -> Result<()> {
@@ -252,7 +290,7 @@ fn run_cmd(rt: &tokio::runtime::Runtime, a: RunArgs) -> Result<()> {
         (None, None) => Arrivals::Closed { concurrency: 1 },
         _ => bail!("--concurrency must be positive"),
     };
-    let (report, result) = a.common.level(rt, arrivals, "run");
+    let (report, result) = a.common.level(rt, arrivals, "run")?;
     print!("{}", pacer_bench::report::table(&report));
     a.common.write_json(&report)?;
     if let Some(dir) = &a.common.plots {
@@ -281,7 +319,7 @@ fn sweep_cmd(rt: &tokio::runtime::Runtime, a: SweepArgs) -> Result<()> {
     };
     let mut reports = Vec::new();
     for (i, arrivals) in levels.iter().enumerate() {
-        let (report, _) = a.common.level(rt, *arrivals, &format!("level {}/{}", i + 1, levels.len()));
+        let (report, _) = a.common.level(rt, *arrivals, &format!("level {}/{}", i + 1, levels.len()))?;
         reports.push(report);
     }
     print!("{}", pacer_bench::report::sweep_table(&reports));
@@ -308,7 +346,7 @@ fn search_cmd(rt: &tokio::runtime::Runtime, a: SearchArgs) -> Result<()> {
     let mut probes: Vec<Probe> = Vec::new();
     let mut reports = Vec::new();
     while let Some(rate) = next_probe(&space, &probes) {
-        let (report, _) = a.common.level(rt, a.common.open(rate)?, &format!("probe {:.3} req/s", rate));
+        let (report, _) = a.common.level(rt, a.common.open(rate)?, &format!("probe {:.3} req/s", rate))?;
         let attainment = report["slo_attainment"].as_f64().unwrap_or(0.0);
         eprintln!("rate {rate:.3} req/s: attainment {:.1}%", attainment * 100.0);
         probes.push(Probe { rate, attainment });

@@ -27,6 +27,11 @@ pub struct RunPlan {
     pub seed: u64,
     /// Stop scheduling new requests after this long.
     pub max_duration: Option<Duration>,
+    /// Requests from a file, used in order (cycled when shorter than the run) instead of
+    /// synthetic prompts.
+    pub dataset: Option<Vec<crate::dataset::DatasetItem>>,
+    /// Send times from the dataset's timestamps (open loop), instead of `arrivals`' schedule.
+    pub replay: Option<Vec<f64>>,
 }
 
 /// A finished run.
@@ -47,9 +52,16 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
         .unwrap_or_else(|_| reqwest::Client::new());
     let mut rng = Rng::new(plan.seed);
     let bodies: Vec<serde_json::Value> = (0..plan.requests + plan.warmup)
-        .map(|_| {
-            let prompt = synthetic_prompt(plan.input.sample(&mut rng), plan.shared_prefix, &mut rng);
-            client::body(target, &prompt, plan.output.sample(&mut rng))
+        .map(|i| match &plan.dataset {
+            Some(items) => {
+                let item = &items[i % items.len()];
+                // The caller validated every item against the endpoint (`body_for_item`).
+                client::body_for_item(target, item, plan.output.sample(&mut rng)).unwrap_or_default()
+            }
+            None => {
+                let prompt = synthetic_prompt(plan.input.sample(&mut rng), plan.shared_prefix, &mut rng);
+                client::body(target, &prompt, plan.output.sample(&mut rng))
+            }
         })
         .collect();
     let warm_epoch = Instant::now();
@@ -57,13 +69,17 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
         let _ = client::send(&client, target, b, warm_epoch, 0.0).await;
     }
     let bodies = Arc::new(bodies[..plan.requests].to_vec());
-    let schedule = plan.arrivals.schedule(plan.requests, &mut rng);
+    let schedule = match &plan.replay {
+        Some(times) => times.iter().copied().cycle().take(plan.requests).collect(),
+        None => plan.arrivals.schedule(plan.requests, &mut rng),
+    };
+    let open_loop = plan.replay.is_some() || matches!(plan.arrivals, Arrivals::Open { .. });
     let epoch = Instant::now();
     let deadline = plan.max_duration.map(|d| d.as_secs_f64());
     let on_done = Arc::new(on_done);
     let mut records: Vec<Option<RequestRecord>> = vec![None; plan.requests];
-    match plan.arrivals {
-        Arrivals::Open { .. } => {
+    if open_loop {
+        {
             let mut tasks = Vec::with_capacity(plan.requests);
             for (i, &at) in schedule.iter().enumerate() {
                 if deadline.is_some_and(|d| at > d) {
@@ -84,7 +100,12 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
                 }
             }
         }
-        Arrivals::Closed { concurrency } => {
+    } else {
+        let concurrency = match plan.arrivals {
+            Arrivals::Closed { concurrency } => concurrency,
+            Arrivals::Open { .. } => 1,
+        };
+        {
             let next = Arc::new(AtomicUsize::new(0));
             let workers: Vec<_> = (0..concurrency.max(1))
                 .map(|_| {

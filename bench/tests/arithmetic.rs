@@ -64,6 +64,8 @@ fn plan(arrivals: Arrivals, requests: usize) -> RunPlan {
         shared_prefix: 0,
         seed: 1,
         max_duration: None,
+        dataset: None,
+        replay: None,
     }
 }
 
@@ -118,4 +120,30 @@ async fn open_loop_sends_on_schedule() {
         let lag = r.schedule_lag() * 1e3;
         assert!((0.0..20.0).contains(&lag), "request {i} sent {lag} ms late");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_replays_at_its_timestamps() {
+    let url = serve().await;
+    let items = pacer_bench::dataset::parse(
+        "{\"prompt\": \"a\", \"timestamp\": 5.0}\n\
+         {\"messages\": [{\"role\": \"user\", \"content\": \"b\"}], \"timestamp\": 5.1, \"max_tokens\": 2}\n\
+         {\"prompt\": \"c\", \"timestamp\": 5.3}",
+    )
+    .unwrap();
+    let replay = pacer_bench::dataset::replay_schedule(&items, 1.0).unwrap();
+    let plan = RunPlan {
+        dataset: Some(items),
+        replay: Some(replay),
+        ..plan(Arrivals::Closed { concurrency: 1 }, 3)
+    };
+    let result = run(&target(&url, Endpoint::Chat), &plan, || {}).await;
+    let scheduled: Vec<f64> = result.records.iter().map(|r| r.scheduled).collect();
+    for (got, want) in scheduled.iter().zip([0.0, 0.1, 0.3]) {
+        assert!((got - want).abs() < 1e-9, "{scheduled:?}");
+    }
+    assert!(
+        result.records.iter().all(|r| r.ok() && r.schedule_lag() < 0.02),
+        "replay is open loop and on time"
+    );
 }

@@ -64,6 +64,8 @@ async fn token_counts_equal_the_engines_generation_counter() {
         shared_prefix: 4,
         seed: 5,
         max_duration: None,
+        dataset: None,
+        replay: None,
     };
     let result = run(&target, &plan, || {}).await;
     let counted: usize = result.records.iter().map(|r| r.output_tokens).sum();
