@@ -62,8 +62,6 @@ fn main() {
             max_duration: None,
             dataset: None,
             replay: None,
-            dataset: None,
-            replay: None,
         };
         let result = rt.block_on(run(&target, &plan, || {}));
         let ok = result.records.iter().filter(|r| r.ok()).count();
