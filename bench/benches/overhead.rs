@@ -49,6 +49,7 @@ fn main() {
         endpoint: Endpoint::Chat,
         api_key: None,
         ignore_eos: false,
+        tokenizer: None,
     };
     for concurrency in [1, 8, 32] {
         let plan = RunPlan {

@@ -30,6 +30,8 @@ pub struct Target {
     pub api_key: Option<String>,
     /// Ask the server to ignore end-of-sequence so outputs have the requested length.
     pub ignore_eos: bool,
+    /// Counts tokens locally when the server sends no `usage`.
+    pub tokenizer: Option<std::sync::Arc<crate::tokens::TokenCounter>>,
 }
 
 /// The request body for `prompt` and `max_tokens`.
@@ -114,6 +116,7 @@ pub async fn send(
     let mut stream = resp.bytes_stream();
     let mut buf = Vec::new();
     let mut usage_tokens = None;
+    let mut generated = String::new();
     let mut done = false;
     while let Some(chunk) = stream.next().await {
         let now = epoch.elapsed().as_secs_f64();
@@ -137,8 +140,9 @@ pub async fn send(
                 if let Some(err) = v.get("error") {
                     rec.error = Some(format!("server error: {err}"));
                 }
-                if content_of(&v).is_some() {
+                if let Some(text) = content_of(&v) {
                     rec.content_events.push(now);
+                    generated.push_str(text);
                 }
                 if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
                     usage_tokens = u.get("completion_tokens").and_then(Value::as_u64).map(|n| n as usize);
@@ -153,7 +157,13 @@ pub async fn send(
             rec.output_tokens = n;
             rec.token_source = TokenSource::Usage;
         }
-        None => rec.output_tokens = rec.content_events.len(),
+        None => match &target.tokenizer {
+            Some(t) => {
+                rec.output_tokens = t.count(&generated);
+                rec.token_source = TokenSource::Tokenizer;
+            }
+            None => rec.output_tokens = rec.content_events.len(),
+        },
     }
     if !done && rec.error.is_none() {
         rec.error = Some("the stream ended without data: [DONE]".into());

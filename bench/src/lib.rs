@@ -9,6 +9,7 @@
 //! - [`run`]: a whole run; [`report`]: its JSON report and terminal tables.
 //! - [`plots`]: SVG histograms, scatters and the sweep's latency-throughput curve.
 //! - [`stats`]: bootstrap intervals for tail percentiles and A/B comparison.
+//! - [`tokens`]: local token counting (tokenizer.json or GGUF) for servers without usage.
 //! - [`search`]: the highest rate that holds an SLA (pure bracketing and bisection).
 #![forbid(unsafe_code)]
 
@@ -21,3 +22,4 @@ pub mod report;
 pub mod run;
 pub mod search;
 pub mod stats;
+pub mod tokens;

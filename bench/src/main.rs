@@ -86,6 +86,12 @@ struct Common {
     /// Ask the server to ignore EOS so outputs have the requested length (vLLM, Pacer).
     #[arg(long)]
     ignore_eos: bool,
+    /// Count output tokens locally (tokenizer.json or a GGUF) when the server sends no usage.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// The loaded `--tokenizer` (filled in after parsing).
+    #[arg(skip)]
+    token_counter: Option<std::sync::Arc<pacer_bench::tokens::TokenCounter>>,
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -172,14 +178,31 @@ fn main() -> Result<()> {
     let Cli { command } = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match command {
-        Command::Run(a) => run_cmd(&runtime, a),
-        Command::Sweep(a) => sweep_cmd(&runtime, a),
-        Command::Search(a) => search_cmd(&runtime, a),
+        Command::Run(mut a) => {
+            a.common.load_tokenizer()?;
+            run_cmd(&runtime, a)
+        }
+        Command::Sweep(mut a) => {
+            a.common.load_tokenizer()?;
+            sweep_cmd(&runtime, a)
+        }
+        Command::Search(mut a) => {
+            a.common.load_tokenizer()?;
+            search_cmd(&runtime, a)
+        }
         Command::Compare(a) => compare_cmd(a),
     }
 }
 
 impl Common {
+    fn load_tokenizer(&mut self) -> Result<()> {
+        if let Some(path) = &self.tokenizer {
+            let counter = pacer_bench::tokens::TokenCounter::open(path).map_err(anyhow::Error::msg)?;
+            self.token_counter = Some(std::sync::Arc::new(counter));
+        }
+        Ok(())
+    }
+
     fn target(&self) -> Target {
         Target {
             base_url: self.base_url.clone(),
@@ -187,6 +210,7 @@ impl Common {
             endpoint: self.endpoint,
             api_key: self.api_key.clone(),
             ignore_eos: self.ignore_eos,
+            tokenizer: self.token_counter.clone(),
         }
     }
 

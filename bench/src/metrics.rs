@@ -20,6 +20,8 @@ pub enum TokenSource {
     /// Counting content events (one token each), when the server sent no usage.
     #[default]
     Events,
+    /// A local tokenizer over the generated text (`--tokenizer`), when the server sent no usage.
+    Tokenizer,
 }
 
 /// What one request observed, in seconds since the run started.

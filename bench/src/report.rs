@@ -24,10 +24,14 @@ pub fn report(result: &RunResult, slo: &Slo, config: Value) -> Value {
     m.insert("request_throughput".into(), json!(ok.len() as f64 / dur));
     m.insert("output_throughput".into(), json!(out_tokens as f64 / dur));
     m.insert("total_token_throughput".into(), json!((in_tokens + out_tokens) as f64 / dur));
-    let sources: Map<String, Value> = [("usage", TokenSource::Usage), ("events", TokenSource::Events)]
-        .iter()
-        .map(|(name, s)| (name.to_string(), json!(rs.iter().filter(|r| r.token_source == *s).count())))
-        .collect();
+    let sources: Map<String, Value> = [
+        ("usage", TokenSource::Usage),
+        ("events", TokenSource::Events),
+        ("tokenizer", TokenSource::Tokenizer),
+    ]
+    .iter()
+    .map(|(name, s)| (name.to_string(), json!(rs.iter().filter(|r| r.token_source == *s).count())))
+    .collect();
     m.insert("token_source".into(), Value::Object(sources));
     if slo.any() {
         m.insert("slo".into(), serde_json::to_value(slo).unwrap_or(Value::Null));

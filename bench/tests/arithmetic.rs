@@ -70,7 +70,14 @@ fn plan(arrivals: Arrivals, requests: usize) -> RunPlan {
 }
 
 fn target(url: &str, endpoint: Endpoint) -> Target {
-    Target { base_url: url.into(), model: "m".into(), endpoint, api_key: None, ignore_eos: false }
+    Target {
+        base_url: url.into(),
+        model: "m".into(),
+        endpoint,
+        api_key: None,
+        ignore_eos: false,
+        tokenizer: None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,4 +153,22 @@ async fn a_trace_replays_at_its_timestamps() {
         result.records.iter().all(|r| r.ok() && r.schedule_lag() < 0.02),
         "replay is open loop and on time"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_usage_a_local_tokenizer_counts_the_generated_text() {
+    let url = serve().await;
+    let gguf = std::env::var_os("PACER_MODEL")
+        .map(std::path::PathBuf::from)
+        .or_else(pacer_engine::default_model_path)
+        .filter(|p| p.exists())
+        .expect("model not found: run scripts/fetch-model.sh or set PACER_MODEL");
+    let counter = pacer_bench::tokens::TokenCounter::open(&gguf).unwrap();
+    let want = counter.count("w0w1w2");
+    let target =
+        Target { tokenizer: Some(std::sync::Arc::new(counter)), ..target(&url, Endpoint::Completions) };
+    let result = run(&target, &plan(Arrivals::Closed { concurrency: 1 }, 1), || {}).await;
+    let r = &result.records[0];
+    assert_eq!((r.output_tokens, r.token_source), (want, TokenSource::Tokenizer));
+    assert!(want >= 3, "the SmolLM2 tokenizer splits digits, so w0w1w2 is at least 3 tokens");
 }

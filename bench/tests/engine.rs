@@ -54,6 +54,7 @@ async fn token_counts_equal_the_engines_generation_counter() {
         endpoint: Endpoint::Chat,
         api_key: None,
         ignore_eos: true,
+        tokenizer: None,
     };
     let plan = RunPlan {
         arrivals: Arrivals::Closed { concurrency: 4 },
