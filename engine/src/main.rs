@@ -165,6 +165,10 @@ struct InfoArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Also write the tokenizer as Hugging Face files (tokenizer.json, tokenizer_config.json)
+    /// into this directory.
+    #[arg(long)]
+    export_tokenizer: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -291,6 +295,10 @@ fn info(args: InfoArgs) -> Result<()> {
     let (content, _) = read_content(&path)?;
     let cfg = pacer_engine::model::LlamaConfig::from_gguf(&content)?;
     let tokenizer = Tokenizer::from_gguf(&content)?;
+    if let Some(dir) = &args.export_tokenizer {
+        tokenizer.export_hf(dir)?;
+        eprintln!("wrote {}/tokenizer.json and tokenizer_config.json", dir.display());
+    }
     let mut formats: std::collections::BTreeMap<String, usize> = Default::default();
     let mut params = 0usize;
     for t in content.tensor_infos.values() {

@@ -230,6 +230,29 @@ impl Tokenizer {
     pub fn stop_ids(&self) -> &[u32] {
         &self.stop_ids
     }
+    /// Writes the tokenizer as Hugging Face files (`tokenizer.json`, `tokenizer_config.json`)
+    /// into `dir`, for tools that load tokenizers that way (benchmarks, evaluation harnesses).
+    pub fn export_hf(&self, dir: &std::path::Path) -> Result<(), EngineError> {
+        std::fs::create_dir_all(dir)?;
+        self.inner
+            .save(dir.join("tokenizer.json"), true)
+            .map_err(|e| EngineError::Tokenizer(format!("writing tokenizer.json: {e}")))?;
+        let name = |id: Option<u32>| id.and_then(|i| self.token(i)).map(str::to_string);
+        let config = serde_json::json!({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": name(self.bos),
+            "eos_token": name(self.eos),
+            "add_bos_token": self.add_bos,
+            "chat_template": self.chat_template,
+            "model_max_length": 1_000_000_000u64,
+        });
+        std::fs::write(
+            dir.join("tokenizer_config.json"),
+            serde_json::to_string_pretty(&config).unwrap_or_default(),
+        )?;
+        Ok(())
+    }
+
     /// The chat template stored in the GGUF, if any.
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
