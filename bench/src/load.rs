@@ -65,6 +65,8 @@ pub enum Arrivals {
         rate: f64,
         /// Gamma shape of the inter-arrival times.
         burstiness: f64,
+        /// Ramp: the rate grows linearly from `rate` (first request) to this (last request).
+        ramp_to: Option<f64>,
     },
 }
 
@@ -74,11 +76,15 @@ impl Arrivals {
     pub fn schedule(&self, n: usize, rng: &mut Rng) -> Vec<f64> {
         match *self {
             Arrivals::Closed { .. } => vec![0.0; n],
-            Arrivals::Open { rate, burstiness } => {
+            Arrivals::Open { rate: first, burstiness, ramp_to } => {
                 let mut t = 0.0;
                 (0..n)
-                    .map(|_| {
+                    .map(|i| {
                         let at = t;
+                        let rate = match ramp_to {
+                            Some(last) if n > 1 => first + (last - first) * i as f64 / (n - 1) as f64,
+                            _ => first,
+                        };
                         t += if burstiness.is_infinite() {
                             1.0 / rate
                         } else {
@@ -272,7 +278,7 @@ mod tests {
     fn poisson_schedule_has_the_requested_mean_rate_and_gamma_controls_burstiness() {
         let mut rng = Rng::new(1);
         let gaps = |b: f64, rng: &mut Rng| {
-            let s = Arrivals::Open { rate: 10.0, burstiness: b }.schedule(20_001, rng);
+            let s = Arrivals::Open { rate: 10.0, burstiness: b, ramp_to: None }.schedule(20_001, rng);
             let g: Vec<f64> = s.windows(2).map(|w| w[1] - w[0]).collect();
             let mean = g.iter().sum::<f64>() / g.len() as f64;
             let cv2 = g.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / g.len() as f64 / (mean * mean);
@@ -283,8 +289,12 @@ mod tests {
         assert!((cv2 - 1.0).abs() < 0.06, "Poisson: squared CV 1, got {cv2}");
         let (_, cv2) = gaps(0.25, &mut rng);
         assert!((cv2 - 4.0).abs() < 0.4, "gamma shape 0.25: squared CV 4, got {cv2}");
-        let s = Arrivals::Open { rate: 4.0, burstiness: f64::INFINITY }.schedule(3, &mut rng);
+        let s = Arrivals::Open { rate: 4.0, burstiness: f64::INFINITY, ramp_to: None }.schedule(3, &mut rng);
         assert_eq!(s, vec![0.0, 0.25, 0.5]);
+        // A ramp from 1 to 3 req/s: gaps 1 s, then 1/2 s (rate 2 at the middle request).
+        let s =
+            Arrivals::Open { rate: 1.0, burstiness: f64::INFINITY, ramp_to: Some(3.0) }.schedule(3, &mut rng);
+        assert_eq!(s, vec![0.0, 1.0, 1.5]);
     }
 
     #[test]

@@ -105,6 +105,9 @@ struct Common {
     /// Open loop: gamma shape of inter-arrival times (1 = Poisson, <1 burstier, inf = constant).
     #[arg(long, default_value_t = 1.0)]
     burstiness: f64,
+    /// Open loop: ramp the rate linearly up (or down) to this many requests/s by the last request.
+    #[arg(long)]
+    ramp_to: Option<f64>,
     /// SLO on TTFT, ms.
     #[arg(long)]
     slo_ttft_ms: Option<f64>,
@@ -135,9 +138,12 @@ struct RunArgs {
     /// Open loop: mean requests per second.
     #[arg(long)]
     request_rate: Option<f64>,
-    /// Write one JSON line per request here.
+    /// Write one JSON line per request here (the input of `compare`).
     #[arg(long)]
     requests_jsonl: Option<PathBuf>,
+    /// Write one CSV row per request here.
+    #[arg(long)]
+    requests_csv: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -174,7 +180,10 @@ struct SearchArgs {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    // The SVG rasterizer logs every cosmetic oddity at warn; keep its errors only.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,usvg=error,resvg=error"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     let Cli { command } = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match command {
@@ -262,10 +271,10 @@ impl Common {
     }
 
     fn open(&self, rate: f64) -> Result<Arrivals> {
-        if rate <= 0.0 || self.burstiness <= 0.0 {
-            bail!("request rates and --burstiness must be positive");
+        if rate <= 0.0 || self.burstiness <= 0.0 || self.ramp_to.is_some_and(|r| r <= 0.0) {
+            bail!("request rates, --ramp-to and --burstiness must be positive");
         }
-        Ok(Arrivals::Open { rate, burstiness: self.burstiness })
+        Ok(Arrivals::Open { rate, burstiness: self.burstiness, ramp_to: self.ramp_to })
     }
 
     fn config(&self, arrivals: Arrivals) -> Value {
@@ -327,6 +336,10 @@ fn run_cmd(rt: &tokio::runtime::Runtime, a: RunArgs) -> Result<()> {
         std::fs::write(path, lines.join("\n") + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &a.requests_csv {
+        std::fs::write(path, pacer_bench::report::requests_csv(&result.records))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if report["completed"] == 0 {
         bail!("no request completed; first error: {}", report.get("first_error").unwrap_or(&Value::Null));
     }
@@ -351,7 +364,8 @@ fn sweep_cmd(rt: &tokio::runtime::Runtime, a: SweepArgs) -> Result<()> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("latency_vs_throughput.svg");
         pacer_bench::plots::sweep_plot(&path, &reports).map_err(anyhow::Error::msg)?;
-        eprintln!("plot: {}", path.display());
+        let png = pacer_bench::plots::png_from_svg(&path).map_err(anyhow::Error::msg)?;
+        eprintln!("plot: {} and {}", path.display(), png.display());
     }
     a.common.write_json(&json!({"levels": reports}))
 }

@@ -1,4 +1,4 @@
-//! SVG plots of a run (TTFT and ITL histograms, TTFT against prompt length, ITL against output
+//! SVG (and PNG) plots of a run (TTFT and ITL histograms, TTFT against prompt length, ITL against output
 //! position) and of a sweep (latency against throughput), for when looking beats reading.
 
 use crate::metrics::RequestRecord;
@@ -51,7 +51,7 @@ fn histogram(path: &Path, title: &str, x_desc: &str, samples_ms: &[f64]) -> Plot
         .draw()
         .map_err(err)?;
     chart
-        .draw_series(counts.iter().enumerate().map(|(i, &c)| {
+        .draw_series(counts.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, &c)| {
             let x0 = lo + i as f64 * width;
             Rectangle::new([(x0, 0.0), (x0 + width, c as f64)], BLUE.mix(0.6).filled())
         }))
@@ -85,7 +85,38 @@ fn scatter(path: &Path, title: &str, x_desc: &str, y_desc: &str, points: &[(f64,
     root.present().map_err(err)
 }
 
-/// Writes the run plots into `dir`; returns the files written.
+/// Renders `svg` to a PNG next to it (same name, `.png`), for viewers without SVG support.
+/// Text uses the system's fonts; where there are none, the PNG has no labels (the SVG does).
+pub fn png_from_svg(svg: &Path) -> Result<PathBuf, String> {
+    use resvg::{tiny_skia, usvg};
+    let mut options = usvg::Options::default();
+    let fonts = options.fontdb_mut();
+    fonts.load_system_fonts();
+    // plotters writes the generic `sans-serif`; name a sans face this system has instead, so
+    // the rasterizer finds it whatever its generic-family defaults are.
+    let families: Vec<String> =
+        fonts.faces().flat_map(|f| f.families.iter().map(|(name, _)| name.clone())).collect();
+    let sans = ["DejaVu Sans", "Liberation Sans", "Noto Sans", "Arial", "Helvetica"]
+        .iter()
+        .find(|p| families.iter().any(|f| f == *p))
+        .map(|s| s.to_string())
+        .or_else(|| families.first().cloned());
+    let mut text = std::fs::read_to_string(svg).map_err(err)?;
+    if let Some(family) = &sans {
+        text = text.replace("font-family=\"sans-serif\"", &format!("font-family=\"{family}\""));
+    }
+    let data = text.into_bytes();
+    let tree = usvg::Tree::from_data(&data, &options).map_err(err)?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("empty image")?;
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    let png = svg.with_extension("png");
+    pixmap.save_png(&png).map_err(err)?;
+    Ok(png)
+}
+
+/// Writes the run plots into `dir` (SVG and PNG); returns the files written.
 pub fn run_plots(dir: &Path, records: &[RequestRecord]) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(dir).map_err(err)?;
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok()).collect();
@@ -111,6 +142,7 @@ pub fn run_plots(dir: &Path, records: &[RequestRecord]) -> Result<Vec<PathBuf>, 
             _ => scatter(&path, "ITL against output position", "token position", "ITL (ms)", &by_position)?,
         }
         if path.exists() {
+            written.push(png_from_svg(&path)?);
             written.push(path);
         }
     }
@@ -183,8 +215,11 @@ mod tests {
             })
             .collect();
         let files = run_plots(&dir, &records).unwrap();
-        assert_eq!(files.len(), 4);
-        for f in &files {
+        assert_eq!(files.len(), 8);
+        for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "png")) {
+            assert!(std::fs::read(f).unwrap().starts_with(b"\x89PNG"), "{}", f.display());
+        }
+        for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "svg")) {
             let svg = std::fs::read_to_string(f).unwrap();
             assert!(
                 svg.starts_with("<svg") && svg.contains("<rect") || svg.contains("<circle"),

@@ -163,3 +163,58 @@ pub fn sweep_table(reports: &[Value]) -> String {
     }
     s
 }
+
+/// One CSV row per request: times in seconds from the start, latencies in milliseconds.
+pub fn requests_csv(records: &[RequestRecord]) -> String {
+    let ms = |v: Option<f64>| v.map_or(String::new(), |s| format!("{:.3}", s * 1e3));
+    let mut out = String::from(
+        "index,scheduled_s,sent_s,ttft_ms,tpot_ms,e2e_ms,max_itl_ms,prompt_tokens,output_tokens,token_source,error\n",
+    );
+    for (i, r) in records.iter().enumerate() {
+        let max_itl = r.itls().fold(None, |m: Option<f64>, g| Some(m.map_or(g, |m| m.max(g))));
+        let source = match r.token_source {
+            TokenSource::Usage => "usage",
+            TokenSource::Events => "events",
+            TokenSource::Tokenizer => "tokenizer",
+        };
+        // Quote the error and double its quotes, as RFC 4180 asks.
+        let error = r.error.as_deref().map_or(String::new(), |e| format!("\"{}\"", e.replace('"', "\"\"")));
+        out.push_str(&format!(
+            "{i},{:.6},{:.6},{},{},{},{},{},{},{source},{error}\n",
+            r.scheduled,
+            r.sent,
+            ms(r.ttft()),
+            ms(r.tpot()),
+            ms(r.e2e()),
+            ms(max_itl),
+            r.prompt_tokens,
+            r.output_tokens,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_has_a_header_and_one_quoted_row_per_request() {
+        let ok = RequestRecord {
+            sent: 1.0,
+            content_events: vec![1.1, 1.2],
+            output_tokens: 2,
+            ..Default::default()
+        };
+        let bad = RequestRecord { error: Some("HTTP 429: \"queue\"".into()), ..Default::default() };
+        let csv = requests_csv(&[ok, bad]);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[1].starts_with("0,0.000000,1.000000,100.000,100.000,200.000,100.000,0,2,events,"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].ends_with(",\"HTTP 429: \"\"queue\"\"\""), "{}", lines[2]);
+    }
+}

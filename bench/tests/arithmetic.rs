@@ -119,7 +119,7 @@ async fn without_usage_tokens_are_counted_from_events() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_sends_on_schedule() {
     let url = serve().await;
-    let arrivals = Arrivals::Open { rate: 20.0, burstiness: f64::INFINITY };
+    let arrivals = Arrivals::Open { rate: 20.0, burstiness: f64::INFINITY, ramp_to: None };
     let result = run(&target(&url, Endpoint::Chat), &plan(arrivals, 10), || {}).await;
     assert_eq!(result.records.len(), 10);
     for (i, r) in result.records.iter().enumerate() {
