@@ -63,6 +63,7 @@ fn main() {
             max_duration: None,
             dataset: None,
             replay: None,
+            turns: 1,
         };
         let result = rt.block_on(run(&target, &plan, || {}));
         let ok = result.records.iter().filter(|r| r.ok()).count();

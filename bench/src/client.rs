@@ -84,6 +84,17 @@ pub async fn send(
     epoch: Instant,
     scheduled: f64,
 ) -> RequestRecord {
+    send_with_text(client, target, body, epoch, scheduled).await.0
+}
+
+/// [`send`], also returning the generated text (the next turn of a conversation needs it).
+pub async fn send_with_text(
+    client: &reqwest::Client,
+    target: &Target,
+    body: &Value,
+    epoch: Instant,
+    scheduled: f64,
+) -> (RequestRecord, String) {
     let path = match target.endpoint {
         Endpoint::Completions => "/v1/completions",
         Endpoint::Chat => "/v1/chat/completions",
@@ -103,7 +114,7 @@ pub async fn send(
         Err(e) => {
             rec.error = Some(format!("request failed: {e}"));
             rec.closed = epoch.elapsed().as_secs_f64();
-            return rec;
+            return (rec, String::new());
         }
     };
     if !resp.status().is_success() {
@@ -111,7 +122,7 @@ pub async fn send(
         let text = resp.text().await.unwrap_or_default();
         rec.error = Some(format!("HTTP {status}: {text}"));
         rec.closed = epoch.elapsed().as_secs_f64();
-        return rec;
+        return (rec, String::new());
     }
     let mut stream = resp.bytes_stream();
     let mut buf = Vec::new();
@@ -168,7 +179,7 @@ pub async fn send(
     if !done && rec.error.is_none() {
         rec.error = Some("the stream ended without data: [DONE]".into());
     }
-    rec
+    (rec, generated)
 }
 
 fn find_event_end(buf: &[u8]) -> Option<usize> {

@@ -95,6 +95,10 @@ struct Common {
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Turns per conversation (chat): each request becomes a session whose follow-up user
+    /// turns (with the history and the assistant's replies) go out as soon as an answer ends.
+    #[arg(long, default_value_t = 1)]
+    turns: usize,
     /// Requests from a JSON-lines file (`prompt` or `messages`, optional `max_tokens`,
     /// optional `timestamp`) instead of synthetic prompts.
     #[arg(long)]
@@ -256,7 +260,11 @@ impl Common {
             (Some(_), Some(_)) => bail!("--replay-speedup must be positive"),
             (Some(_), None) => bail!("--replay-speedup needs --dataset with timestamps"),
         };
+        if self.turns == 0 || (self.turns > 1 && self.endpoint != Endpoint::Chat) {
+            bail!("--turns must be at least 1, and more than 1 needs --endpoint chat");
+        }
         Ok(RunPlan {
+            turns: self.turns,
             dataset,
             replay,
             arrivals,

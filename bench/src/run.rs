@@ -32,6 +32,37 @@ pub struct RunPlan {
     pub dataset: Option<Vec<crate::dataset::DatasetItem>>,
     /// Send times from the dataset's timestamps (open loop), instead of `arrivals`' schedule.
     pub replay: Option<Vec<f64>>,
+    /// Turns per conversation (chat): each of `requests` is a session whose next user turn,
+    /// with the history and the assistant's reply, is sent when the previous answer ends.
+    pub turns: usize,
+}
+
+/// One conversation: the first request, then each follow-up user turn with the history.
+async fn session(
+    client: &reqwest::Client,
+    target: &Target,
+    first: &serde_json::Value,
+    follow_ups: &[String],
+    epoch: Instant,
+    scheduled: f64,
+) -> Vec<RequestRecord> {
+    let mut body = first.clone();
+    let mut records = Vec::with_capacity(follow_ups.len() + 1);
+    let mut at = scheduled;
+    for turn in 0..=follow_ups.len() {
+        let (rec, reply) = client::send_with_text(client, target, &body, epoch, at).await;
+        let failed = !rec.ok();
+        records.push(rec);
+        if failed || turn == follow_ups.len() {
+            break;
+        }
+        if let Some(messages) = body.get_mut("messages").and_then(serde_json::Value::as_array_mut) {
+            messages.push(serde_json::json!({"role": "assistant", "content": reply}));
+            messages.push(serde_json::json!({"role": "user", "content": follow_ups[turn]}));
+        }
+        at = epoch.elapsed().as_secs_f64();
+    }
+    records
 }
 
 /// A finished run.
@@ -69,6 +100,15 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
         let _ = client::send(&client, target, b, warm_epoch, 0.0).await;
     }
     let bodies = Arc::new(bodies[..plan.requests].to_vec());
+    let follow_ups: Arc<Vec<Vec<String>>> = Arc::new(
+        (0..plan.requests)
+            .map(|_| {
+                (1..plan.turns.max(1))
+                    .map(|_| synthetic_prompt(plan.input.sample(&mut rng), 0, &mut rng))
+                    .collect()
+            })
+            .collect(),
+    );
     let schedule = match &plan.replay {
         Some(times) => times.iter().copied().cycle().take(plan.requests).collect(),
         None => plan.arrivals.schedule(plan.requests, &mut rng),
@@ -77,7 +117,7 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
     let epoch = Instant::now();
     let deadline = plan.max_duration.map(|d| d.as_secs_f64());
     let on_done = Arc::new(on_done);
-    let mut records: Vec<Option<RequestRecord>> = vec![None; plan.requests];
+    let mut records: Vec<Option<Vec<RequestRecord>>> = vec![None; plan.requests];
     if open_loop {
         {
             let mut tasks = Vec::with_capacity(plan.requests);
@@ -86,10 +126,10 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
                     break;
                 }
                 tokio::time::sleep_until((epoch + Duration::from_secs_f64(at)).into()).await;
-                let (client, target, bodies, on_done) =
-                    (client.clone(), target.clone(), bodies.clone(), on_done.clone());
+                let (client, target, bodies, on_done, follow_ups) =
+                    (client.clone(), target.clone(), bodies.clone(), on_done.clone(), follow_ups.clone());
                 tasks.push(tokio::spawn(async move {
-                    let r = client::send(&client, &target, &bodies[i], epoch, at).await;
+                    let r = session(&client, &target, &bodies[i], &follow_ups[i], epoch, at).await;
                     on_done();
                     (i, r)
                 }));
@@ -109,8 +149,14 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
             let next = Arc::new(AtomicUsize::new(0));
             let workers: Vec<_> = (0..concurrency.max(1))
                 .map(|_| {
-                    let (client, target, bodies, on_done, next) =
-                        (client.clone(), target.clone(), bodies.clone(), on_done.clone(), next.clone());
+                    let (client, target, bodies, on_done, next, follow_ups) = (
+                        client.clone(),
+                        target.clone(),
+                        bodies.clone(),
+                        on_done.clone(),
+                        next.clone(),
+                        follow_ups.clone(),
+                    );
                     tokio::spawn(async move {
                         let mut mine = Vec::new();
                         loop {
@@ -119,7 +165,10 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
                             if i >= bodies.len() || deadline.is_some_and(|d| now > d) {
                                 return mine;
                             }
-                            mine.push((i, client::send(&client, &target, &bodies[i], epoch, now).await));
+                            mine.push((
+                                i,
+                                session(&client, &target, &bodies[i], &follow_ups[i], epoch, now).await,
+                            ));
                             on_done();
                         }
                     })
@@ -134,7 +183,7 @@ pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sy
             }
         }
     }
-    let records: Vec<RequestRecord> = records.into_iter().flatten().collect();
+    let records: Vec<RequestRecord> = records.into_iter().flatten().flatten().collect();
     let first = records.iter().map(|r| r.sent).fold(f64::INFINITY, f64::min);
     let last = records.iter().map(|r| r.closed).fold(0.0, f64::max);
     RunResult { duration: if records.is_empty() { 0.0 } else { last - first }, records }

@@ -66,6 +66,7 @@ fn plan(arrivals: Arrivals, requests: usize) -> RunPlan {
         max_duration: None,
         dataset: None,
         replay: None,
+        turns: 1,
     }
 }
 
