@@ -144,7 +144,9 @@ impl Tokenizer {
             .filter(|(_, s)| **s)
             .map(|(t, _)| AddedToken::from(t.clone(), true))
             .collect();
-        inner.add_special_tokens(&added);
+        inner
+            .add_special_tokens(added)
+            .map_err(|e| EngineError::Tokenizer(format!("adding special tokens: {e}")))?;
 
         let table = byte_level_decoding();
         let token_bytes =

@@ -119,7 +119,7 @@ fn agreement_with_f32_reference(tier: Tier) -> (f64, f32) {
 }
 
 /// The quantized tiers trade precision for speed; this pins how much. Measured here (printed):
-/// q8_0 97.5%, native (Q4_1) 95.9%, q4_0 68.6% top-1 agreement. llama.cpp on its own q8_0 and
+/// q8_0 98.3%, native (Q4_1) 97.5%, q4_0 69.4% top-1 agreement. llama.cpp on its own q8_0 and
 /// q4_0 GGUFs of these weights agrees 96.7% and 66.9% on the same positions: q4_0's loss is
 /// the cost of requantizing Q4_1 weights to a symmetric 4-bit grid, not a kernel error. The
 /// thresholds sit a few points below, so a kernel bug (agreement near chance) fails.
