@@ -21,8 +21,8 @@ async fn generated_total(url: &str) -> f64 {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn token_counts_equal_the_engines_generation_counter() {
+/// Starts the real engine (q4_0) on a free loopback port; returns its URL once ready.
+async fn start_engine() -> String {
     let path = std::env::var_os("PACER_MODEL")
         .map(std::path::PathBuf::from)
         .or_else(pacer_engine::default_model_path)
@@ -47,6 +47,12 @@ async fn token_counts_equal_the_engines_generation_counter() {
     while reqwest::get(format!("{url}/ready")).await.map_or(true, |r| r.status() != 200) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_counts_equal_the_engines_generation_counter() {
+    let url = start_engine().await;
     let before = generated_total(&url).await;
     let target = Target {
         base_url: url.clone(),
@@ -79,30 +85,7 @@ async fn token_counts_equal_the_engines_generation_counter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_turn_sessions_carry_their_history() {
-    let path = std::env::var_os("PACER_MODEL")
-        .map(std::path::PathBuf::from)
-        .or_else(pacer_engine::default_model_path)
-        .filter(|p| p.exists())
-        .expect("model not found: run scripts/fetch-model.sh or set PACER_MODEL");
-    let model = Arc::new(LoadedModel::open(&path, Tier::Q4_0).unwrap());
-    let config = ServeConfig {
-        served_name: "smol".into(),
-        api_key: None,
-        settings: BatchSettings::default(),
-        settings_file: None,
-        max_waiting: 64,
-        kv_cache_tokens: 8192,
-        drain_timeout: Duration::from_secs(10),
-        max_body_bytes: 1 << 20,
-        log_prompts: false,
-    };
-    let srv = server::build(model, &config).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(server::serve(listener, srv, config.drain_timeout, std::future::pending()));
-    while reqwest::get(format!("{url}/ready")).await.map_or(true, |r| r.status() != 200) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let url = start_engine().await;
     let target = Target {
         base_url: url,
         model: "smol".into(),
