@@ -17,6 +17,39 @@ fn err<E: std::fmt::Display>(e: E) -> String {
 const GRID_LIGHT: RGBColor = RGBColor(238, 238, 238);
 const GRID_BOLD: RGBColor = RGBColor(205, 205, 205);
 
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// What every plot shares: white background, title, axes with descriptions, the light grid.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    (x_desc, y_desc): (&str, &str),
+) -> Result<Chart<'a, 'b>, String> {
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x, y)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .light_line_style(GRID_LIGHT)
+        .bold_line_style(GRID_BOLD)
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 fn histogram(path: &Path, title: &str, x_desc: &str, samples_ms: &[f64]) -> PlotResult {
     if samples_ms.is_empty() {
         return Ok(());
@@ -34,22 +67,8 @@ fn histogram(path: &Path, title: &str, x_desc: &str, samples_ms: &[f64]) -> Plot
     }
     let top = *counts.iter().max().unwrap_or(&1) as f64 * 1.1;
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{title} (n = {})", v.len()), ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(lo..hi, 0f64..top)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .light_line_style(GRID_LIGHT)
-        .bold_line_style(GRID_BOLD)
-        .x_desc(x_desc)
-        .y_desc("requests")
-        .draw()
-        .map_err(err)?;
+    let title = format!("{title} (n = {})", v.len());
+    let mut chart = frame(&root, &title, lo..hi, 0f64..top, (x_desc, "count"))?;
     chart
         .draw_series(counts.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, &c)| {
             let x0 = lo + i as f64 * width;
@@ -65,44 +84,39 @@ fn scatter(path: &Path, title: &str, x_desc: &str, y_desc: &str, points: &[(f64,
     }
     let max = |f: fn(&(f64, f64)) -> f64| points.iter().map(f).fold(0.0, f64::max) * 1.05 + 1e-9;
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..max(|p| p.0), 0f64..max(|p| p.1))
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .light_line_style(GRID_LIGHT)
-        .bold_line_style(GRID_BOLD)
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .draw()
-        .map_err(err)?;
+    let mut chart = frame(&root, title, 0f64..max(|p| p.0), 0f64..max(|p| p.1), (x_desc, y_desc))?;
     chart.draw_series(points.iter().map(|&p| Circle::new(p, 2, RED.mix(0.5).filled()))).map_err(err)?;
     root.present().map_err(err)
+}
+
+/// The system's fonts, scanned once per process, and the sans face to use for `sans-serif`.
+fn system_fonts() -> &'static (std::sync::Arc<resvg::usvg::fontdb::Database>, Option<String>) {
+    static FONTS: std::sync::OnceLock<(std::sync::Arc<resvg::usvg::fontdb::Database>, Option<String>)> =
+        std::sync::OnceLock::new();
+    FONTS.get_or_init(|| {
+        let mut db = resvg::usvg::fontdb::Database::new();
+        db.load_system_fonts();
+        let families: Vec<String> =
+            db.faces().flat_map(|f| f.families.iter().map(|(name, _)| name.clone())).collect();
+        let sans = ["DejaVu Sans", "Liberation Sans", "Noto Sans", "Arial", "Helvetica"]
+            .iter()
+            .find(|p| families.iter().any(|f| f == *p))
+            .map(|s| s.to_string())
+            .or_else(|| families.first().cloned());
+        (std::sync::Arc::new(db), sans)
+    })
 }
 
 /// Renders `svg` to a PNG next to it (same name, `.png`), for viewers without SVG support.
 /// Text uses the system's fonts; where there are none, the PNG has no labels (the SVG does).
 pub fn png_from_svg(svg: &Path) -> Result<PathBuf, String> {
     use resvg::{tiny_skia, usvg};
-    let mut options = usvg::Options::default();
-    let fonts = options.fontdb_mut();
-    fonts.load_system_fonts();
-    // plotters writes the generic `sans-serif`; name a sans face this system has instead, so
-    // the rasterizer finds it whatever its generic-family defaults are.
-    let families: Vec<String> =
-        fonts.faces().flat_map(|f| f.families.iter().map(|(name, _)| name.clone())).collect();
-    let sans = ["DejaVu Sans", "Liberation Sans", "Noto Sans", "Arial", "Helvetica"]
-        .iter()
-        .find(|p| families.iter().any(|f| f == *p))
-        .map(|s| s.to_string())
-        .or_else(|| families.first().cloned());
+    let (fonts, sans) = system_fonts();
+    let options = usvg::Options { fontdb: fonts.clone(), ..Default::default() };
     let mut text = std::fs::read_to_string(svg).map_err(err)?;
-    if let Some(family) = &sans {
+    // plotters writes the generic `sans-serif`; name a face this system has instead, so the
+    // rasterizer finds it whatever its generic-family defaults are.
+    if let Some(family) = sans {
         text = text.replace("font-family=\"sans-serif\"", &format!("font-family=\"{family}\""));
     }
     let data = text.into_bytes();
@@ -163,22 +177,8 @@ pub fn sweep_plot(path: &Path, reports: &[Value]) -> PlotResult {
         * 1.1
         + 1e-9;
     let root = SVGBackend::new(path, (900, 520)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Latency against throughput", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .light_line_style(GRID_LIGHT)
-        .bold_line_style(GRID_BOLD)
-        .x_desc("output tokens/s")
-        .y_desc("ms")
-        .draw()
-        .map_err(err)?;
+    let mut chart =
+        frame(&root, "Latency against throughput", 0f64..x_max, 0f64..y_max, ("output tokens/s", "ms"))?;
     for (key, color) in series {
         let pts: Vec<(f64, f64)> =
             reports.iter().map(|r| (get(r, "output_throughput"), get(r, key))).collect();

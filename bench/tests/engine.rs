@@ -21,6 +21,18 @@ async fn generated_total(url: &str) -> f64 {
         .unwrap()
 }
 
+/// Chat requests of fixed length (`ignore_eos`) to the engine at `url`.
+fn chat_target(url: &str) -> Target {
+    Target {
+        base_url: url.into(),
+        model: "smol".into(),
+        endpoint: Endpoint::Chat,
+        api_key: None,
+        ignore_eos: true,
+        tokenizer: None,
+    }
+}
+
 /// Starts the real engine (q4_0) on a free loopback port; returns its URL once ready.
 async fn start_engine() -> String {
     let path = std::env::var_os("PACER_MODEL")
@@ -54,14 +66,7 @@ async fn start_engine() -> String {
 async fn token_counts_equal_the_engines_generation_counter() {
     let url = start_engine().await;
     let before = generated_total(&url).await;
-    let target = Target {
-        base_url: url.clone(),
-        model: "smol".into(),
-        endpoint: Endpoint::Chat,
-        api_key: None,
-        ignore_eos: true,
-        tokenizer: None,
-    };
+    let target = chat_target(&url);
     let plan = RunPlan {
         arrivals: Arrivals::Closed { concurrency: 4 },
         requests: 8,
@@ -86,14 +91,7 @@ async fn token_counts_equal_the_engines_generation_counter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_turn_sessions_carry_their_history() {
     let url = start_engine().await;
-    let target = Target {
-        base_url: url,
-        model: "smol".into(),
-        endpoint: Endpoint::Chat,
-        api_key: None,
-        ignore_eos: true,
-        tokenizer: None,
-    };
+    let target = chat_target(&url);
     let plan = RunPlan {
         arrivals: Arrivals::Closed { concurrency: 2 },
         requests: 3,
