@@ -1,0 +1,29 @@
+//! Condition types and reasons of `InferenceService` status, in one place so the operator, the
+//! alert rules and the tests agree on the spelling.
+
+/// Every desired engine replica is ready and runs the current pod template.
+pub const READY: &str = "Ready";
+/// A rollout (new template or replica change) is under way.
+pub const PROGRESSING: &str = "Progressing";
+/// The spec could not be turned into engine pods; the operator waits for a change.
+pub const SPEC_VALID: &str = "SpecValid";
+
+/// Reasons, in CamelCase as the Kubernetes API conventions ask.
+pub mod reasons {
+    /// All desired replicas are ready.
+    pub const REPLICAS_READY: &str = "ReplicasReady";
+    /// Fewer ready replicas than desired.
+    pub const REPLICAS_NOT_READY: &str = "ReplicasNotReady";
+    /// The Deployment has not reported on the current generation yet.
+    pub const DEPLOYMENT_PENDING: &str = "DeploymentPending";
+    /// New pods are being rolled out.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// The rollout finished.
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// The Deployment exceeded its progress deadline.
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    /// The spec was accepted.
+    pub const ACCEPTED: &str = "Accepted";
+    /// The spec passed the schema but cannot be built (e.g. a name too long for its children).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+}

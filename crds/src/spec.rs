@@ -1,0 +1,550 @@
+//! The `InferenceService` spec: model, engine pods, SLA, and the ranges of the three levers.
+
+use crate::InferenceServiceStatus;
+use k8s_openapi::api::core::v1::{EnvVar, LocalObjectReference, ResourceRequirements, Toleration};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The default engine image; the chart and the samples pin the same tag.
+pub const DEFAULT_ENGINE_IMAGE: &str = concat!("ghcr.io/pacer-dev/pacer-engine:", env!("CARGO_PKG_VERSION"));
+
+/// An LLM served under a latency SLA: Pacer keeps the declared percentile of time-to-first-token
+/// and inter-token latency under their targets by moving replicas, batch settings and the
+/// quantization tier within the ranges given here.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "serving.pacer.dev",
+    version = "v1alpha1",
+    kind = "InferenceService",
+    plural = "inferenceservices",
+    shortname = "pisvc",
+    category = "pacer",
+    namespaced,
+    status = "InferenceServiceStatus",
+    validation = Rule::new("size(self.metadata.name) <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')")
+        .message("metadata.name must be at most 52 lowercase letters, digits or '-', start with a letter and end with a letter or digit: it names the engine Service (a DNS-1035 label)"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        description = "Whether every desired engine replica is ready",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "string",
+        description = "Ready / desired engine replicas",
+        json_path = ".status.summary.replicas"
+    ),
+    printcolumn(
+        name = "Tier",
+        type_ = "string",
+        description = "Quantization tier the engine pods run",
+        json_path = ".status.tier"
+    ),
+    printcolumn(
+        name = "TTFT",
+        type_ = "string",
+        description = "Observed time-to-first-token at the SLA percentile / target",
+        json_path = ".status.summary.ttft"
+    ),
+    printcolumn(
+        name = "ITL",
+        type_ = "string",
+        description = "Observed inter-token latency at the SLA percentile / target",
+        json_path = ".status.summary.itl"
+    ),
+    printcolumn(
+        name = "SLA",
+        type_ = "string",
+        description = "Met, Violated, or Unknown while there are no fresh metrics",
+        json_path = ".status.summary.sla"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceServiceSpec {
+    /// The model to serve and how engine pods get its GGUF file.
+    pub model: ModelSpec,
+    /// The engine pods: image, resources, scheduling and extra settings.
+    #[serde(default)]
+    pub engine: EngineSpec,
+    /// The latency promise Pacer holds.
+    pub sla: SlaSpec,
+    /// How many engine replicas the planner may run.
+    #[serde(default)]
+    pub replicas: ReplicaRange,
+    /// The batch settings the planner may move, live, without restarting pods.
+    #[serde(default)]
+    pub batching: BatchingSpec,
+    /// The quantization tiers the planner may switch between (a rolling update).
+    #[serde(default)]
+    pub quantization: QuantizationSpec,
+    /// Whether Pacer acts or only recommends, and how often it evaluates.
+    #[serde(default)]
+    pub policy: PolicySpec,
+}
+
+/// The model and where its GGUF file comes from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// The name clients send in the OpenAI `model` field. Default: the InferenceService's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), pattern(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$"))]
+    pub served_name: Option<String>,
+    /// Largest context (prompt + output tokens) a request may use. Default: the model's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16, max = 1048576))]
+    pub context_length: Option<u32>,
+    /// Where the GGUF file comes from: exactly one of `pvc`, `image` or `url`.
+    pub source: ModelSource,
+}
+
+/// Where engine pods read the GGUF file from. Exactly one field is set.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("[has(self.pvc), has(self.image), has(self.url)].filter(x, x).size() == 1")
+    .message("model.source must set exactly one of pvc, image or url"))]
+pub struct ModelSource {
+    /// A file on a PersistentVolumeClaim, mounted read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pvc: Option<PvcSource>,
+    /// A file inside an OCI image, mounted as an image volume (Kubernetes ≥ 1.33 with the
+    /// ImageVolume feature, on by default from 1.35).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSource>,
+    /// An HTTP(S) URL that an init container downloads once per pod and checks against its SHA-256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<UrlSource>,
+}
+
+/// A GGUF file on a PersistentVolumeClaim.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcSource {
+    /// The claim's name, in the InferenceService's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+    /// The file's path inside the volume, e.g. `models/SmolLM2-135M-Instruct.Q4_1.gguf`.
+    #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.contains('..')")
+        .message("model.source.pvc.path must be relative to the volume and must not contain '..'"))]
+    pub path: String,
+}
+
+/// A GGUF file inside an OCI image.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSource {
+    /// The image reference, e.g. `registry.example.com/models/smollm2:135m-q4_1`.
+    #[schemars(length(min = 1, max = 512))]
+    pub reference: String,
+    /// The file's path inside the image.
+    #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.contains('..')")
+        .message("model.source.image.path must be relative to the image root and must not contain '..'"))]
+    pub path: String,
+    /// When to pull the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_policy: Option<PullPolicy>,
+}
+
+/// A GGUF file at an HTTP(S) URL.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UrlSource {
+    /// Where to download the file from.
+    #[schemars(length(min = 8, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')")
+        .message("model.source.url.url must be an http:// or https:// URL"))]
+    pub url: String,
+    /// The file's SHA-256 as 64 lowercase hex digits; a download that does not match fails the pod.
+    #[schemars(pattern(r"^[a-f0-9]{64}$"))]
+    pub sha256: String,
+}
+
+/// Kubernetes image pull policies.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullPolicy {
+    /// Pull on every pod start.
+    Always,
+    /// Pull when the node does not have the image.
+    IfNotPresent,
+    /// Never pull; the image must be on the node.
+    Never,
+}
+
+impl PullPolicy {
+    /// The name Kubernetes uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// The engine pods.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineSpec {
+    /// The `pacer-engine` image.
+    #[serde(default = "default_engine_image")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: String,
+    /// When to pull the engine image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+    /// Secrets for pulling the engine (and model) images.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// CPU, memory and accelerator (`nvidia.com/gpu`) requests and limits of the engine container.
+    #[serde(default = "default_resources")]
+    pub resources: ResourceRequirements,
+    /// Compute threads. Default: the CPUs the container may use (its CPU limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub threads: Option<u32>,
+    /// Extra `pacer-engine serve` arguments, appended after the ones Pacer sets.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub args: Vec<String>,
+    /// Extra environment variables of the engine container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Nodes the engine pods may run on.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the engine pods tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+fn default_engine_image() -> String {
+    DEFAULT_ENGINE_IMAGE.to_string()
+}
+
+fn default_resources() -> ResourceRequirements {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let q = |s: &str| Quantity(s.to_string());
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([("cpu".to_string(), q("2")), ("memory".to_string(), q("1Gi"))])),
+        limits: Some(BTreeMap::from([("memory".to_string(), q("2Gi"))])),
+        ..ResourceRequirements::default()
+    }
+}
+
+impl Default for EngineSpec {
+    fn default() -> Self {
+        EngineSpec {
+            image: default_engine_image(),
+            image_pull_policy: None,
+            image_pull_secrets: Vec::new(),
+            resources: default_resources(),
+            threads: None,
+            args: Vec::new(),
+            env: Vec::new(),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+        }
+    }
+}
+
+/// The latency SLA: at the given percentile over the window, TTFT and ITL (and optionally E2E)
+/// stay at or under their targets.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.e2eMs) || self.e2eMs >= self.ttftMs")
+    .message("sla.e2eMs must be at least sla.ttftMs: a request cannot finish before its first token"))]
+pub struct SlaSpec {
+    /// The percentile the targets apply to, e.g. 95 for P95 or 99.9 for P99.9.
+    #[serde(default = "default_percentile")]
+    #[x_kube(validation = Rule::new("self >= 50.0 && self < 100.0")
+        .message("sla.percentile must be at least 50 and below 100, e.g. 95 or 99.9"))]
+    pub percentile: f64,
+    /// Target time to first token, in milliseconds.
+    #[schemars(range(min = 1, max = 3600000))]
+    pub ttft_ms: u32,
+    /// Target inter-token latency, in milliseconds.
+    #[schemars(range(min = 1, max = 600000))]
+    pub itl_ms: u32,
+    /// Optional target for the whole request, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400000))]
+    pub e2e_ms: Option<u32>,
+    /// The window percentiles are computed over, as a duration (`5m`, `90s`).
+    #[serde(default = "default_window")]
+    #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('30s') && duration(self) <= duration('24h')")
+        .message("sla.window must be between 30s and 24h"))]
+    pub window: String,
+}
+
+fn default_percentile() -> f64 {
+    95.0
+}
+
+fn default_window() -> String {
+    "5m".to_string()
+}
+
+/// The range of engine replicas.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.min <= self.max").message("replicas.min must not exceed replicas.max"))]
+pub struct ReplicaRange {
+    /// Fewest replicas, also the number a new InferenceService starts with.
+    #[schemars(range(min = 1, max = 1000))]
+    pub min: i32,
+    /// Most replicas.
+    #[schemars(range(min = 1, max = 1000))]
+    pub max: i32,
+}
+
+impl Default for ReplicaRange {
+    fn default() -> Self {
+        ReplicaRange { min: 1, max: 4 }
+    }
+}
+
+/// The live batch settings the planner may move.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchingSpec {
+    /// Most sequences in an engine's running batch: larger raises throughput and ITL.
+    #[serde(default = "default_max_batch_size")]
+    pub max_batch_size: MaxBatchSizeRange,
+    /// How long an idle engine waits to fill a batch, in ms: larger raises TTFT, helps batching.
+    #[serde(default = "default_batch_wait_ms")]
+    pub batch_wait_ms: BatchWaitRange,
+}
+
+impl Default for BatchingSpec {
+    fn default() -> Self {
+        BatchingSpec { max_batch_size: default_max_batch_size(), batch_wait_ms: default_batch_wait_ms() }
+    }
+}
+
+fn default_max_batch_size() -> MaxBatchSizeRange {
+    MaxBatchSizeRange { min: 1, max: 32, initial: 8 }
+}
+
+fn default_batch_wait_ms() -> BatchWaitRange {
+    BatchWaitRange { min: 0, max: 20, initial: 0 }
+}
+
+/// The range of `maxBatchSize`, and the value a new InferenceService starts with.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.min <= self.max")
+    .message("batching.maxBatchSize.min must not exceed batching.maxBatchSize.max"))]
+#[x_kube(validation = Rule::new("self.min <= self.initial && self.initial <= self.max")
+    .message("batching.maxBatchSize.initial must lie within [min, max]"))]
+pub struct MaxBatchSizeRange {
+    /// Smallest value the planner may set.
+    #[schemars(range(min = 1, max = 1024))]
+    pub min: u32,
+    /// Largest value the planner may set.
+    #[schemars(range(min = 1, max = 1024))]
+    pub max: u32,
+    /// The value new engine pods start with.
+    #[schemars(range(min = 1, max = 1024))]
+    pub initial: u32,
+}
+
+/// The range of `batchWaitMs`, and the value a new InferenceService starts with.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.min <= self.max")
+    .message("batching.batchWaitMs.min must not exceed batching.batchWaitMs.max"))]
+#[x_kube(validation = Rule::new("self.min <= self.initial && self.initial <= self.max")
+    .message("batching.batchWaitMs.initial must lie within [min, max]"))]
+pub struct BatchWaitRange {
+    /// Smallest value the planner may set.
+    #[schemars(range(max = 10000))]
+    pub min: u32,
+    /// Largest value the planner may set.
+    #[schemars(range(max = 10000))]
+    pub max: u32,
+    /// The value new engine pods start with.
+    #[schemars(range(max = 10000))]
+    pub initial: u32,
+}
+
+/// A quantization tier of the engine's weights (`pacer-engine --tier`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Full precision.
+    #[serde(rename = "f32")]
+    F32,
+    /// 8-bit blocks.
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    /// As stored in the GGUF file.
+    #[serde(rename = "native")]
+    Native,
+    /// 4-bit blocks: the smallest and fastest.
+    #[serde(rename = "q4_0")]
+    Q4_0,
+}
+
+impl Tier {
+    /// The name `pacer-engine --tier` and the CRD use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::F32 => "f32",
+            Tier::Q8_0 => "q8_0",
+            Tier::Native => "native",
+            Tier::Q4_0 => "q4_0",
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which quantization tiers the planner may use.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.preferredTier) || self.preferredTier in self.allowedTiers")
+    .message("quantization.preferredTier must be one of quantization.allowedTiers"))]
+#[x_kube(validation = Rule::new("!self.allowDegrade || size(self.allowedTiers) >= 2")
+    .message("quantization.allowDegrade needs at least two allowedTiers to degrade to"))]
+pub struct QuantizationSpec {
+    /// The tiers the planner may run, ordered from most precise to fastest.
+    #[serde(default = "default_allowed_tiers")]
+    #[schemars(length(min = 1, max = 4))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub allowed_tiers: Vec<Tier>,
+    /// The tier to run while the SLA holds. Default: the first allowed tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred_tier: Option<Tier>,
+    /// Whether the planner may move to a faster, less precise tier when replicas are at their
+    /// maximum and the SLA is still violated.
+    #[serde(default)]
+    pub allow_degrade: bool,
+}
+
+fn default_allowed_tiers() -> Vec<Tier> {
+    vec![Tier::Native]
+}
+
+impl Default for QuantizationSpec {
+    fn default() -> Self {
+        QuantizationSpec { allowed_tiers: default_allowed_tiers(), preferred_tier: None, allow_degrade: false }
+    }
+}
+
+impl QuantizationSpec {
+    /// The tier to run while the SLA holds: `preferredTier`, else the first allowed tier.
+    pub fn preferred(&self) -> Tier {
+        self.preferred_tier.or_else(|| self.allowed_tiers.first().copied()).unwrap_or(Tier::Native)
+    }
+}
+
+/// Whether Pacer acts on its decisions.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PolicyMode {
+    /// Apply decisions to the engine pods.
+    #[default]
+    Enforce,
+    /// Only report recommendations in status and Events.
+    Advisory,
+}
+
+/// How Pacer evaluates and acts.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySpec {
+    /// `Enforce` applies decisions; `Advisory` only recommends.
+    #[serde(default)]
+    pub mode: PolicyMode,
+    /// How often the planner evaluates the SLA (also the reconcile requeue interval).
+    #[serde(default = "default_evaluation_interval")]
+    #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('5s') && duration(self) <= duration('1h')")
+        .message("policy.evaluationInterval must be between 5s and 1h"))]
+    pub evaluation_interval: String,
+    /// How long a violation must last before capacity is added.
+    #[serde(default = "default_scale_up_stabilization")]
+    #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
+    pub scale_up_stabilization: String,
+    /// How long headroom must last before capacity or precision is given back.
+    #[serde(default = "default_scale_down_stabilization")]
+    #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
+    pub scale_down_stabilization: String,
+}
+
+fn default_evaluation_interval() -> String {
+    "30s".to_string()
+}
+
+fn default_scale_up_stabilization() -> String {
+    "60s".to_string()
+}
+
+fn default_scale_down_stabilization() -> String {
+    "5m".to_string()
+}
+
+impl Default for PolicySpec {
+    fn default() -> Self {
+        PolicySpec {
+            mode: PolicyMode::Enforce,
+            evaluation_interval: default_evaluation_interval(),
+            scale_up_stabilization: default_scale_up_stabilization(),
+            scale_down_stabilization: default_scale_down_stabilization(),
+        }
+    }
+}
+
+/// Parses the durations the schema admits (`30s`, `5m`, `1h30m`): digits followed by `s`, `m`
+/// or `h`, repeated. Returns `None` for anything else.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let mut total = 0u64;
+    let mut digits = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let n: u64 = digits.parse().ok()?;
+        digits.clear();
+        total = total.checked_add(n.checked_mul(match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            _ => return None,
+        })?)?;
+    }
+    (digits.is_empty() && !text.is_empty()).then(|| std::time::Duration::from_secs(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_the_schema_admits() {
+        assert_eq!(parse_duration("30s"), Some(std::time::Duration::from_secs(30)));
+        assert_eq!(parse_duration("1h30m"), Some(std::time::Duration::from_secs(5400)));
+        assert_eq!(parse_duration("5m"), Some(std::time::Duration::from_secs(300)));
+        for bad in ["", "5", "m", "5x", "1.5s", "-1s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn preferred_tier_falls_back_to_the_first_allowed() {
+        let mut q = QuantizationSpec { allowed_tiers: vec![Tier::Q8_0, Tier::Q4_0], ..Default::default() };
+        assert_eq!(q.preferred(), Tier::Q8_0);
+        q.preferred_tier = Some(Tier::Q4_0);
+        assert_eq!(q.preferred(), Tier::Q4_0);
+    }
+}

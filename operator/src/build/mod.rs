@@ -1,0 +1,248 @@
+//! Pure builders: an `InferenceService` plus the lever values to run at → the desired child
+//! objects (Deployment, Service, ConfigMap, PodDisruptionBudget, PodMonitor). No IO; every
+//! object carries the owner reference that lets Kubernetes garbage-collect it with its parent.
+
+mod configmap;
+mod deployment;
+mod monitoring;
+
+pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, settings_json};
+pub use deployment::{ENGINE_CONTAINER, HTTP_PORT, deployment};
+pub use monitoring::{pdb, pod_monitor, pod_monitor_resource, service};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use pacer_crds::{INFERENCESERVICE_LABEL, InferenceService, Tier, parse_duration};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "pacer-operator";
+/// `app.kubernetes.io/managed-by` on every child; the operator's watches select on it.
+pub const MANAGED_BY: &str = "pacer-operator";
+/// Label on the pod template naming the tier the pods run (also a Prometheus series label).
+pub const TIER_LABEL: &str = "serving.pacer.dev/tier";
+/// Longest `InferenceService` name: it names a Service (a DNS-1035 label, ≤ 63) and suffixed
+/// children such as `<name>-settings`.
+pub const MAX_NAME_LEN: usize = 52;
+
+/// The values of the three levers the children are built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Levers {
+    /// Engine replicas.
+    pub replicas: i32,
+    /// The engines' live `max_batch_size`.
+    pub max_batch_size: u32,
+    /// The engines' live `batch_wait_ms`.
+    pub batch_wait_ms: u32,
+    /// The weights' tier of the pod template.
+    pub tier: Tier,
+}
+
+impl Levers {
+    /// The levers a new InferenceService starts with: minimum replicas, the initial batch
+    /// settings and the preferred tier.
+    pub fn initial(isvc: &InferenceService) -> Levers {
+        let s = &isvc.spec;
+        Levers {
+            replicas: s.replicas.min,
+            max_batch_size: s.batching.max_batch_size.initial,
+            batch_wait_ms: s.batching.batch_wait_ms.initial,
+            tier: s.quantization.preferred(),
+        }
+    }
+
+    /// The levers the operator last decided (kept in status), brought inside the spec's current
+    /// ranges: after a spec edit narrows a range, the nearest allowed value; without a status,
+    /// the initial values.
+    pub fn current(isvc: &InferenceService) -> Levers {
+        let initial = Levers::initial(isvc);
+        let Some(status) = &isvc.status else { return initial };
+        let s = &isvc.spec;
+        let tier = status
+            .tier
+            .as_deref()
+            .and_then(|t| s.quantization.allowed_tiers.iter().copied().find(|a| a.as_str() == t))
+            // Without degrading allowed, only the preferred tier runs.
+            .filter(|t| s.quantization.allow_degrade || *t == initial.tier)
+            .unwrap_or(initial.tier);
+        Levers {
+            replicas: status.replicas.unwrap_or(initial.replicas).clamp(s.replicas.min, s.replicas.max),
+            max_batch_size: status
+                .max_batch_size
+                .unwrap_or(initial.max_batch_size)
+                .clamp(s.batching.max_batch_size.min, s.batching.max_batch_size.max),
+            batch_wait_ms: status
+                .batch_wait_ms
+                .unwrap_or(initial.batch_wait_ms)
+                .clamp(s.batching.batch_wait_ms.min, s.batching.batch_wait_ms.max),
+            tier,
+        }
+    }
+}
+
+/// Why a spec that passed the schema cannot be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SpecError {
+    /// The name is too long or not a DNS-1035 label.
+    #[error(
+        "metadata.name {0:?} must be a DNS-1035 label of at most {MAX_NAME_LEN} characters (lowercase letters, digits and '-', starting with a letter): it names the engine Service"
+    )]
+    Name(String),
+    /// A duration the schema's pattern should have caught.
+    #[error("{field} {value:?} is not a duration such as 30s, 5m or 1h")]
+    Duration {
+        /// The field's path.
+        field: &'static str,
+        /// What the spec holds.
+        value: String,
+    },
+}
+
+/// Checks what the schema cannot (or what an older, less strict CRD let through).
+pub fn validate(isvc: &InferenceService) -> Result<(), SpecError> {
+    let name = isvc.name_any();
+    let dns1035 = name.len() <= MAX_NAME_LEN
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !dns1035 {
+        return Err(SpecError::Name(name));
+    }
+    let p = &isvc.spec.policy;
+    for (field, value) in [
+        ("sla.window", &isvc.spec.sla.window),
+        ("policy.evaluationInterval", &p.evaluation_interval),
+        ("policy.scaleUpStabilization", &p.scale_up_stabilization),
+        ("policy.scaleDownStabilization", &p.scale_down_stabilization),
+    ] {
+        if parse_duration(value).is_none() {
+            return Err(SpecError::Duration { field, value: value.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// The evaluation interval (the requeue period of a healthy reconcile).
+pub fn evaluation_interval(isvc: &InferenceService) -> Duration {
+    parse_duration(&isvc.spec.policy.evaluation_interval).unwrap_or(Duration::from_secs(30))
+}
+
+/// The labels that select one InferenceService's engine pods (immutable in the Deployment).
+pub fn selector_labels(isvc: &InferenceService) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "pacer-engine".to_string()),
+        (INFERENCESERVICE_LABEL.to_string(), isvc.name_any()),
+    ])
+}
+
+/// The labels of every child: the selector labels plus the recommended Kubernetes labels.
+pub fn labels(isvc: &InferenceService) -> BTreeMap<String, String> {
+    let mut l = selector_labels(isvc);
+    l.insert("app.kubernetes.io/instance".to_string(), isvc.name_any());
+    l.insert("app.kubernetes.io/component".to_string(), "engine".to_string());
+    l.insert("app.kubernetes.io/part-of".to_string(), "pacer".to_string());
+    l.insert("app.kubernetes.io/managed-by".to_string(), MANAGED_BY.to_string());
+    l
+}
+
+/// The selector as a string, for status (`key=value,...`).
+pub fn selector_string(isvc: &InferenceService) -> String {
+    selector_labels(isvc).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// Metadata of a child named `name`: namespace, labels, and a controller owner reference.
+pub fn child_meta(isvc: &InferenceService, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: isvc.namespace(),
+        labels: Some(labels(isvc)),
+        owner_references: owner_reference(isvc).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn owner_reference(isvc: &InferenceService) -> Option<OwnerReference> {
+    // `controller_owner_ref` needs the uid, which every object read from the API server has.
+    isvc.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        o
+    })
+}
+
+/// The name of the ConfigMap with the live batch settings.
+pub fn settings_name(isvc: &InferenceService) -> String {
+    format!("{}-settings", isvc.name_any())
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! A valid InferenceService as read from the API server, for the builders' tests.
+    use pacer_crds::{InferenceService, InferenceServiceSpec};
+
+    /// `smol` in namespace `ml`, with a uid, built from sample-like YAML.
+    pub fn isvc() -> InferenceService {
+        let spec: InferenceServiceSpec = serde_json::from_value(serde_json::json!({
+            "model": {"source": {"pvc": {"claimName": "models", "path": "smol/model.gguf"}}},
+            "sla": {"ttftMs": 400, "itlMs": 60},
+            "replicas": {"min": 1, "max": 3},
+            "quantization": {"allowedTiers": ["native", "q4_0"], "allowDegrade": true},
+        }))
+        .expect("fixture spec");
+        let mut isvc = InferenceService::new("smol", spec);
+        isvc.metadata.namespace = Some("ml".into());
+        isvc.metadata.uid = Some("0b8a1c8e-0000-4000-8000-000000000001".into());
+        isvc.metadata.generation = Some(1);
+        isvc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pacer_crds::InferenceServiceStatus;
+
+    #[test]
+    fn levers_start_at_the_initial_values() {
+        let isvc = fixtures::isvc();
+        let l = Levers::current(&isvc);
+        assert_eq!(l, Levers { replicas: 1, max_batch_size: 8, batch_wait_ms: 0, tier: Tier::Native });
+    }
+
+    #[test]
+    fn levers_from_status_are_clamped_into_the_spec() {
+        let mut isvc = fixtures::isvc();
+        isvc.status = Some(InferenceServiceStatus {
+            replicas: Some(9),
+            max_batch_size: Some(64),
+            batch_wait_ms: Some(5),
+            tier: Some("q4_0".into()),
+            ..Default::default()
+        });
+        let l = Levers::current(&isvc);
+        assert_eq!(l, Levers { replicas: 3, max_batch_size: 32, batch_wait_ms: 5, tier: Tier::Q4_0 });
+        // A tier no longer allowed, or degrading switched off, returns to the preferred tier.
+        isvc.spec.quantization.allow_degrade = false;
+        assert_eq!(Levers::current(&isvc).tier, Tier::Native);
+    }
+
+    #[test]
+    fn names_that_cannot_name_a_service_are_rejected() {
+        let mut isvc = fixtures::isvc();
+        assert_eq!(validate(&isvc), Ok(()));
+        for bad in ["a".repeat(MAX_NAME_LEN + 1), "9lives".into(), "with.dot".into(), "trailing-".into()] {
+            isvc.metadata.name = Some(bad.clone());
+            assert_eq!(validate(&isvc), Err(SpecError::Name(bad)));
+        }
+    }
+
+    #[test]
+    fn children_are_owned_by_their_inferenceservice() {
+        let isvc = fixtures::isvc();
+        let meta = child_meta(&isvc, "smol".into());
+        let owner = &meta.owner_references.expect("owner")[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("InferenceService", "smol"));
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(meta.labels.expect("labels")[INFERENCESERVICE_LABEL], "smol");
+    }
+}

@@ -1,0 +1,319 @@
+//! The InferenceService controller. Each reconcile is a pipeline:
+//! observe (the object and its children, from the watch caches) → decide the levers (pure) →
+//! build the children (pure) → server-side apply what differs (one field manager) → status.
+//! A steady state costs no API call; a change to the spec or to any owned child triggers a
+//! reconcile through the watches, and a healthy object is requeued on its evaluation interval.
+
+use crate::apply::{Outcome, apply};
+use crate::build::{self, Levers, MANAGED_BY};
+use crate::error::Error;
+use crate::status::{self, Observed};
+use crate::telemetry::Metrics;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use pacer_crds::{InferenceService, conditions};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything a reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Publishes Events about InferenceServices.
+    pub recorder: Recorder,
+    /// The operator's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Watch caches of the children.
+    pub stores: Stores,
+    /// Whether the monitoring.coreos.com PodMonitor kind is served.
+    pub pod_monitors: bool,
+    /// The clock, injectable for tests.
+    pub now: fn() -> Time,
+    /// Consecutive failures per object, for the retry backoff.
+    pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<InferenceService>, u32>>,
+}
+
+/// Watch caches of the owned kinds (only objects labelled as managed by the operator).
+#[derive(Clone)]
+pub struct Stores {
+    /// Engine Deployments.
+    pub deployments: Store<Deployment>,
+    /// Engine Services.
+    pub services: Store<Service>,
+    /// Settings ConfigMaps.
+    pub configmaps: Store<ConfigMap>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Store<PodDisruptionBudget>,
+}
+
+/// Where the controller watches.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// One namespace, or every namespace when `None`.
+    pub namespace: Option<String>,
+}
+
+impl Scope {
+    fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+}
+
+/// Runs the controller until `shutdown` resolves (then finishes in-flight reconciles).
+pub async fn run(
+    client: Client,
+    scope: Scope,
+    metrics: Arc<Metrics>,
+    instance: String,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), Error> {
+    let pod_monitors = pod_monitor_served(&client).await;
+    tracing::info!(pod_monitors, namespace = ?scope.namespace, "starting the InferenceService controller");
+    let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"));
+
+    let (deployments, deployment_events) = cached::<Deployment>(scope.api(&client), owned.clone());
+    let (services, service_events) = cached::<Service>(scope.api(&client), owned.clone());
+    let (configmaps, configmap_events) = cached::<ConfigMap>(scope.api(&client), owned.clone());
+    let (pdbs, pdb_events) = cached::<PodDisruptionBudget>(scope.api(&client), owned);
+    let stores = Stores { deployments, services, configmaps, pdbs };
+
+    let reporter = Reporter { controller: "pacer-operator".into(), instance: Some(instance) };
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), reporter),
+        client: client.clone(),
+        metrics,
+        stores: stores.clone(),
+        pod_monitors,
+        now: || Time(Timestamp::now()),
+        failures: Default::default(),
+    });
+
+    let isvcs: Api<InferenceService> = scope.api(&client);
+    let controller = Controller::new(isvcs, watcher::Config::default())
+        .owns_stream(deployment_events)
+        .owns_stream(service_events)
+        .owns_stream(configmap_events)
+        .owns_stream(pdb_events)
+        .graceful_shutdown_on(shutdown);
+    // Reconciling before the child caches are filled would see every child as missing.
+    let ready = async move {
+        let _ = futures::join!(
+            stores.deployments.wait_until_ready(),
+            stores.services.wait_until_ready(),
+            stores.configmaps.wait_until_ready(),
+            stores.pdbs.wait_until_ready(),
+        );
+    };
+    ready.await;
+    ctx.metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile finished with an error");
+            }
+        })
+        .await;
+    Ok(())
+}
+
+/// A reflector for `K` (filling a store) and its stream of changed objects for `owns_stream`.
+fn cached<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector(writer, watcher(api, config).default_backoff()).touched_objects();
+    (reader, stream)
+}
+
+use kube::runtime::reflector::reflector;
+
+async fn pod_monitor_served(client: &Client) -> bool {
+    match client.list_api_group_resources("monitoring.coreos.com/v1").await {
+        Ok(list) => list.resources.iter().any(|r| r.kind == "PodMonitor"),
+        Err(_) => false,
+    }
+}
+
+/// One reconcile of one InferenceService.
+#[tracing::instrument(skip(isvc, ctx), fields(namespace = isvc.namespace(), name = isvc.name_any()))]
+pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.duration.start_timer();
+    if isvc.metadata.deletion_timestamp.is_some() {
+        // Owner references let the garbage collector remove the children.
+        return Ok(Action::await_change());
+    }
+    let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
+    let levers = Levers::current(&isvc);
+    let now = (ctx.now)();
+
+    if let Err(spec_error) = build::validate(&isvc) {
+        let next = status::desired(&Observed { isvc: &isvc, levers: &levers, deployment: None, spec_error: Some(&spec_error), now });
+        if status::changed(isvc.status.as_ref(), &next) {
+            write_status(&ctx, &isvc, &ns, &next).await?;
+            publish(&ctx, &isvc, EventType::Warning, "InvalidSpec", "Validate", spec_error.to_string()).await;
+        }
+        ctx.metrics.reconciles.with_label_values(&["invalid_spec"]).inc();
+        return Ok(Action::await_change());
+    }
+
+    let client = &ctx.client;
+    let stores = &ctx.stores;
+    let deployment = apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::deployment(&isvc, &levers), &stores.deployments).await?;
+    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::configmap(&isvc, &levers), &stores.configmaps).await?;
+    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::service(&isvc), &stores.services).await?;
+    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::pdb(&isvc), &stores.pdbs).await?;
+    if ctx.pod_monitors {
+        apply_pod_monitor(&ctx, &isvc, &ns).await?;
+    }
+
+    let next = status::desired(&Observed { isvc: &isvc, levers: &levers, deployment: Some(&deployment), spec_error: None, now });
+    if status::changed(isvc.status.as_ref(), &next) {
+        let was = status::condition(isvc.status.as_ref(), conditions::READY).map(|c| c.status.clone());
+        write_status(&ctx, &isvc, &ns, &next).await?;
+        if let Some(ready) = status::condition(Some(&next), conditions::READY)
+            && was.as_deref() != Some(ready.status.as_str())
+        {
+            let (kind, reason) =
+                if ready.status == "True" { (EventType::Normal, "Ready") } else { (EventType::Normal, "NotReady") };
+            publish(&ctx, &isvc, kind, reason, "Observe", ready.message.clone()).await;
+        }
+    }
+    ctx.metrics.reconciles.with_label_values(&["ok"]).inc();
+    if let Ok(mut failures) = ctx.failures.lock() {
+        failures.remove(&ObjectRef::from_obj(&*isvc));
+    }
+    Ok(Action::requeue(build::evaluation_interval(&isvc)))
+}
+
+/// Applies one typed child if it drifted from `desired`, with an Event when it changed.
+async fn apply_child<K>(
+    ctx: &Context,
+    isvc: &InferenceService,
+    api: Api<K>,
+    desired: &K,
+    store: &Store<K>,
+) -> Result<K, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + Debug,
+{
+    let key = ObjectRef::<K>::new(&desired.name_any()).within(&isvc.namespace().unwrap_or_default());
+    let live = store.get(&key);
+    let (object, outcome) = apply(&api, desired, live.as_deref(), &ctx.metrics).await?;
+    let kind = K::kind(&());
+    let name = desired.name_any();
+    match outcome {
+        Outcome::Created => publish(ctx, isvc, EventType::Normal, "Created", "Apply", format!("created {kind} {name}")).await,
+        Outcome::Updated => {
+            publish(ctx, isvc, EventType::Normal, "Updated", "Apply", format!("updated {kind} {name} to the spec")).await
+        }
+        Outcome::Unchanged => {}
+    }
+    Ok(object)
+}
+
+/// PodMonitors are not cached (an optional kind); an apply of an unchanged object is a no-op
+/// in the API server, and they are re-applied only on the evaluation interval.
+async fn apply_pod_monitor(ctx: &Context, isvc: &InferenceService, ns: &str) -> Result<(), Error> {
+    let resource = build::pod_monitor_resource();
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
+    let desired = build::pod_monitor(isvc);
+    let live = api.get_opt(&desired.name_any()).await.map_err(Error::Kube)?;
+    let live_json = live.as_ref().map(serde_json::to_value).transpose().map_err(Error::Serialize)?;
+    let desired_json = serde_json::to_value(&desired).map_err(Error::Serialize)?;
+    if live_json.is_some_and(|l| crate::apply::is_subset(&desired_json, &l)) {
+        return Ok(());
+    }
+    ctx.metrics.writes.with_label_values(&["PodMonitor"]).inc();
+    api.patch(&desired.name_any(), &PatchParams::apply(build::FIELD_MANAGER).force(), &Patch::Apply(&desired_json))
+        .await
+        .map_err(|source| Error::Apply { kind: "PodMonitor".into(), name: desired.name_any(), source })?;
+    Ok(())
+}
+
+async fn write_status(
+    ctx: &Context,
+    isvc: &InferenceService,
+    ns: &str,
+    next: &pacer_crds::InferenceServiceStatus,
+) -> Result<(), Error> {
+    let api: Api<InferenceService> = Api::namespaced(ctx.client.clone(), ns);
+    let patch = serde_json::json!({
+        "apiVersion": "serving.pacer.dev/v1alpha1",
+        "kind": "InferenceService",
+        "status": next,
+    });
+    ctx.metrics.writes.with_label_values(&["InferenceService/status"]).inc();
+    api.patch_status(&isvc.name_any(), &PatchParams::apply(build::FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(Error::Status)?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, isvc: &InferenceService, type_: EventType, reason: &str, action: &str, note: String) {
+    let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&event, &isvc.object_ref(&())).await {
+        // Events are best effort: a failure must not fail the reconcile.
+        tracing::warn!(error = %e, "publishing an Event failed");
+    }
+}
+
+/// Transient errors back off exponentially per object, from 1 s up to 5 min; the metrics count
+/// them by kind.
+pub fn error_policy(isvc: Arc<InferenceService>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconciles.with_label_values(&["error"]).inc();
+    ctx.metrics.errors.with_label_values(&[error.metric_label()]).inc();
+    let attempt = ctx.failures.lock().map_or(0, |mut f| {
+        let n = f.entry(ObjectRef::from_obj(&*isvc)).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    });
+    let delay = retry_delay(attempt);
+    tracing::warn!(name = %isvc.name_any(), error = %error, attempt, ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
+}
+
+/// 1 s, 2 s, 4 s, ... capped at 5 min.
+fn retry_delay(attempt: u32) -> Duration {
+    Duration::from_secs(1u64 << attempt.saturating_sub(1).min(9)).min(Duration::from_secs(300))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_delay;
+    use std::time::Duration;
+
+    #[test]
+    fn retries_back_off_to_a_bound() {
+        assert_eq!(retry_delay(1), Duration::from_secs(1));
+        assert_eq!(retry_delay(3), Duration::from_secs(4));
+        assert_eq!(retry_delay(50), Duration::from_secs(300));
+    }
+}

@@ -1,0 +1,183 @@
+//! `pacer-operator`: the Kubernetes operator of Pacer.
+//!
+//! - `crd`: print the InferenceService CRD (the YAML committed under `crds/`).
+//! - `run`: reconcile InferenceServices, with leader election, metrics and health endpoints.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
+use pacer_operator::controller::{self, Scope};
+use pacer_operator::leader::{Elector, Timing};
+use pacer_operator::telemetry::{self, Metrics};
+use std::net::SocketAddr;
+use tokio::sync::watch;
+
+#[derive(Parser, Debug)]
+#[command(name = "pacer-operator", version, about = "Pacer's Kubernetes operator: holds LLM inference to a latency SLA")]
+struct Cli {
+    /// Log format: human-readable text, or JSON lines for log collectors in a cluster.
+    #[arg(long, env = "PACER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the InferenceService CustomResourceDefinition as YAML.
+    Crd,
+    /// Reconcile InferenceServices in the cluster of the kubeconfig (or in-cluster config).
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Watch only this namespace [default: every namespace].
+    #[arg(long, env = "PACER_WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, env = "PACER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Elect a leader with a Lease, so several replicas can run and one acts.
+    #[arg(long, env = "PACER_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Name of the leader Lease.
+    #[arg(long, env = "PACER_LEASE_NAME", default_value = "pacer-operator")]
+    lease_name: String,
+    /// Namespace of the leader Lease [default: the pod's namespace, from POD_NAMESPACE].
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease [default: the pod name, from POD_NAME, or host name and pid].
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Seconds a Lease stays valid without renewal.
+    #[arg(long, env = "PACER_LEASE_DURATION", default_value_t = 15)]
+    lease_duration: u64,
+}
+
+fn main() -> Result<()> {
+    let Cli { log_format, command } = Cli::parse();
+    init_logging(log_format);
+    match command {
+        Command::Crd => {
+            print!("{}", pacer_operator::crd_yaml());
+            Ok(())
+        }
+        Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?
+            .block_on(run(args)),
+    }
+}
+
+async fn run(args: RunArgs) -> Result<()> {
+    let RunArgs { namespace, metrics_addr, leader_elect, lease_name, lease_namespace, identity, lease_duration } =
+        args;
+    let client = Client::try_default().await.context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
+    let version = client.apiserver_version().await.context("reading the API server's version")?;
+    tracing::info!(version = %version.git_version, "connected to the Kubernetes API");
+
+    let metrics = Metrics::new();
+    let listener = tokio::net::TcpListener::bind(metrics_addr).await.with_context(|| format!("binding {metrics_addr}"))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    let router = telemetry::router(metrics.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let identity = identity.unwrap_or_else(host_name);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (leading_tx, mut leading_rx) = watch::channel(true);
+    let keeper = if leader_elect {
+        let timing = Timing {
+            lease_duration: std::time::Duration::from_secs(lease_duration.max(2)),
+            renew_deadline: std::time::Duration::from_secs(lease_duration.max(2) * 2 / 3),
+            retry: std::time::Duration::from_secs((lease_duration / 7).max(1)),
+        };
+        let mut elector =
+            Elector::new(Api::<Lease>::namespaced(client.clone(), &lease_namespace), lease_name, identity.clone(), timing);
+        tracing::info!(identity = %elector.identity(), "waiting for the leader Lease");
+        // Standing by counts as ready: the replica is healthy and will take over when needed.
+        metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::select! {
+            acquired = elector.acquire() => acquired?,
+            _ = shutdown_signal() => return Ok(()),
+        }
+        metrics.leader.set(1);
+        Some(tokio::spawn(elector.keep(leading_tx, stop_rx)))
+    } else {
+        None
+    };
+
+    // Stop on SIGTERM/Ctrl-C, or when leadership is lost (another replica is acting now).
+    let lost = async move {
+        while *leading_rx.borrow() {
+            if leading_rx.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<bool>();
+    let shutdown = async move {
+        let lost_leadership = tokio::select! {
+            _ = shutdown_signal() => false,
+            _ = lost => true,
+        };
+        let _ = lost_tx.send(lost_leadership);
+    };
+    controller::run(client, Scope { namespace }, metrics.clone(), identity, shutdown).await?;
+    let lost_leadership = lost_rx.await.unwrap_or(false);
+    let _ = stop_tx.send(true);
+    if let Some(keeper) = keeper {
+        let _ = keeper.await;
+    }
+    metrics.leader.set(0);
+    if lost_leadership {
+        anyhow::bail!("lost the leader Lease; exiting so a restart rejoins the election");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// The host name plus the process id: unique even for two replicas on one machine.
+fn host_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "pacer-operator".into());
+    format!("{host}_{}", std::process::id())
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}

@@ -1,0 +1,90 @@
+//! The operator's own metrics and its HTTP endpoints: `/metrics` (Prometheus text), `/healthz`
+//! (the process serves) and `/readyz` (caches synced and either leading or standing by).
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Counters and histograms of reconciles, writes and leadership.
+pub struct Metrics {
+    registry: Registry,
+    /// Reconciles by result (`ok`, `error`, `invalid_spec`).
+    pub reconciles: IntCounterVec,
+    /// Reconcile errors by [`crate::Error::metric_label`].
+    pub errors: IntCounterVec,
+    /// Reconcile duration.
+    pub duration: Histogram,
+    /// Writes (server-side applies and status patches) by kind.
+    pub writes: IntCounterVec,
+    /// 1 while this replica holds the leader Lease.
+    pub leader: IntGauge,
+    /// Whether the process is ready (see the module docs).
+    pub ready: AtomicBool,
+}
+
+impl Metrics {
+    /// Registers every metric in a fresh registry.
+    pub fn new() -> Arc<Metrics> {
+        let registry = Registry::new();
+        let reconciles = IntCounterVec::new(
+            Opts::new("pacer_operator_reconciles_total", "Reconciles of InferenceServices by result"),
+            &["result"],
+        )
+        .expect("valid metric");
+        let errors = IntCounterVec::new(
+            Opts::new("pacer_operator_reconcile_errors_total", "Failed reconciles by error kind"),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let duration = Histogram::with_opts(
+            HistogramOpts::new("pacer_operator_reconcile_duration_seconds", "Time one reconcile takes").buckets(
+                vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+            ),
+        )
+        .expect("valid metric");
+        let writes = IntCounterVec::new(
+            Opts::new("pacer_operator_writes_total", "Writes to the API server (applies, status) by kind"),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let leader = IntGauge::new("pacer_operator_leader", "1 while this replica holds the leader Lease")
+            .expect("valid metric");
+        let register = |c: Box<dyn prometheus::core::Collector>| registry.register(c).expect("unique metric names");
+        register(Box::new(reconciles.clone()));
+        register(Box::new(errors.clone()));
+        register(Box::new(duration.clone()));
+        register(Box::new(writes.clone()));
+        register(Box::new(leader.clone()));
+        Arc::new(Metrics { registry, reconciles, errors, duration, writes, leader, ready: AtomicBool::new(false) })
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The router of `/metrics`, `/healthz` and `/readyz`.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(|State(m): State<Arc<Metrics>>| async move { m.render() }))
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                if m.ready.load(Ordering::Relaxed) {
+                    (StatusCode::OK, "ready").into_response()
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "starting").into_response()
+                }
+            }),
+        )
+        .with_state(metrics)
+}

@@ -1,0 +1,92 @@
+//! A `pacer-operator run` process against a test cluster, stopped when dropped (or when the
+//! test process exits, through the same watchdog as the control plane).
+
+use crate::control_plane::{WATCHDOG, free_port};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A running operator process.
+pub struct OperatorProcess {
+    child: Option<Child>,
+    /// Its `/metrics` base URL.
+    pub metrics_url: String,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl OperatorProcess {
+    /// Starts `bin run` with `kubeconfig`, watching `namespace`, electing a leader on the Lease
+    /// `pacer-operator` in that namespace as `identity`.
+    pub fn start(bin: &Path, kubeconfig: &Path, namespace: &str, identity: &str, log_dir: &Path) -> OperatorProcess {
+        let port = free_port();
+        let log = log_dir.join(format!("operator-{namespace}-{identity}.log"));
+        let out = std::fs::File::create(&log).expect("operator log");
+        let err = out.try_clone().expect("operator log");
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("sh")
+            .arg(bin)
+            .args(["--log-format=json", "run"])
+            .arg(format!("--namespace={namespace}"))
+            .arg(format!("--lease-namespace={namespace}"))
+            .arg(format!("--identity={identity}"))
+            .arg(format!("--metrics-addr=127.0.0.1:{port}"))
+            .arg("--lease-duration=4")
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,pacer_operator=debug")
+            .stdin(Stdio::piped())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("starting pacer-operator");
+        OperatorProcess { child: Some(child), metrics_url: format!("http://127.0.0.1:{port}/metrics"), log }
+    }
+
+    /// Stops the process with SIGTERM (through its watchdog) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+
+    /// The value of one un-labelled metric, or the sum over the label set matching `labels`
+    /// (`None` when the endpoint cannot be read).
+    pub async fn metric(&self, name: &str, labels: &str) -> Option<f64> {
+        let text = http_get(&self.metrics_url).await?;
+        Some(
+            text.lines()
+                .filter(|l| !l.starts_with('#'))
+                .filter(|l| l.starts_with(name) && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{')))
+                .filter(|l| l.contains(labels))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback (the metrics endpoint), without an HTTP client dependency.
+async fn http_get(url: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
+    let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.ok()?;
+    let (head, body) = body.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
