@@ -61,6 +61,20 @@ pub struct Stores {
     pub pdbs: Store<PodDisruptionBudget>,
 }
 
+impl Stores {
+    /// Resolves once every cache holds its first full list. The controller polls the watch
+    /// streams itself, so this must be awaited inside a reconcile, never before the controller
+    /// runs.
+    pub async fn ready(&self) {
+        let _ = futures::join!(
+            self.deployments.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.configmaps.wait_until_ready(),
+            self.pdbs.wait_until_ready(),
+        );
+    }
+}
+
 /// Where the controller watches.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
@@ -117,17 +131,12 @@ pub async fn run(
         .owns_stream(configmap_events)
         .owns_stream(pdb_events)
         .graceful_shutdown_on(shutdown);
-    // Reconciling before the child caches are filled would see every child as missing.
-    let ready = async move {
-        let _ = futures::join!(
-            stores.deployments.wait_until_ready(),
-            stores.services.wait_until_ready(),
-            stores.configmaps.wait_until_ready(),
-            stores.pdbs.wait_until_ready(),
-        );
-    };
-    ready.await;
-    ctx.metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    // Ready once every child cache is filled (reconciles wait for the same, see `Stores::ready`).
+    let (readiness_stores, readiness_metrics) = (stores.clone(), ctx.metrics.clone());
+    tokio::spawn(async move {
+        readiness_stores.ready().await;
+        readiness_metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
     controller
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -171,6 +180,8 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
         return Ok(Action::await_change());
     }
     let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
+    // Before the child caches are filled every child would look missing and be re-applied.
+    ctx.stores.ready().await;
     let levers = Levers::current(&isvc);
     let now = (ctx.now)();
 
@@ -230,9 +241,13 @@ where
     let kind = K::kind(&());
     let name = desired.name_any();
     match outcome {
-        Outcome::Created => publish(ctx, isvc, EventType::Normal, "Created", "Apply", format!("created {kind} {name}")).await,
+        // The action names the kind, so Events about different children are not merged.
+        Outcome::Created => {
+            publish(ctx, isvc, EventType::Normal, "Created", &format!("Apply{kind}"), format!("created {kind} {name}")).await
+        }
         Outcome::Updated => {
-            publish(ctx, isvc, EventType::Normal, "Updated", "Apply", format!("updated {kind} {name} to the spec")).await
+            let note = format!("updated {kind} {name} to the spec");
+            publish(ctx, isvc, EventType::Normal, "Updated", &format!("Apply{kind}"), note).await
         }
         Outcome::Unchanged => {}
     }

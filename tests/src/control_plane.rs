@@ -160,8 +160,9 @@ impl Cluster {
                 format!("--service-account-private-key-file={sa_key}"),
                 format!("--root-ca-file={ca}"),
                 "--use-service-account-credentials=false".into(),
-                // Fake nodes never lose a heartbeat, but keep eviction out of tests regardless.
-                "--controllers=*,-node-lifecycle-controller,-node-ipam-controller".into(),
+                // Fake nodes have no heartbeat to lose: no lifecycle controller to evict them,
+                // and the apiserver's self-signed certificate is no CA to publish as a trust bundle.
+                "--controllers=*,-node-lifecycle-controller,-node-ipam-controller,-kube-apiserver-serving-clustertrustbundle-publisher-controller".into(),
                 "--concurrent-gc-syncs=5".into(),
             ];
             cluster.spawn("kube-controller-manager", &bins.join("kube-controller-manager"), &kcm_args);

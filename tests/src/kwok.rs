@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 /// The annotation kwok selects the nodes it manages by.
 pub const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
@@ -95,6 +95,13 @@ pub async fn create_nodes(client: &Client, n: usize) {
         }))
         .expect("node");
         nodes.create(&PostParams::default(), &node).await.expect("create fake node");
+        // The API server taints new nodes not-ready; without a node lifecycle controller
+        // (nothing here has a real kubelet to watch) nobody would lift it.
+        let untaint = serde_json::json!({"spec": {"taints": null}});
+        nodes
+            .patch(&format!("kwok-node-{i}"), &PatchParams::default(), &Patch::Merge(&untaint))
+            .await
+            .expect("untaint fake node");
     }
     crate::eventually(60, "kwok nodes to turn Ready", || {
         let nodes = nodes.clone();

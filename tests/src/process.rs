@@ -34,7 +34,7 @@ impl OperatorProcess {
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
             .arg("--lease-duration=4")
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,pacer_operator=debug")
+            .env("RUST_LOG", std::env::var("PACER_OPERATOR_LOG").unwrap_or_else(|_| "info,pacer_operator=debug".into()))
             .stdin(Stdio::piped())
             .stdout(out)
             .stderr(err)

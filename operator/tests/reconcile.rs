@@ -1,0 +1,257 @@
+//! The operator binary against a real control plane with kwok nodes: children with owner
+//! references, status and Events, spec changes rolled out, drift reverted, garbage collection,
+//! a no-op restart, and leader election between two replicas.
+
+mod common;
+
+use common::{TestNs, isvc_doc};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use pacer_crds::{InferenceService, conditions};
+use pacer_tests::{OperatorProcess, eventually};
+use serde_json::json;
+
+fn condition(isvc: &InferenceService, type_: &str) -> Option<(String, String, Option<i64>)> {
+    let c = isvc.status.as_ref()?.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.observed_generation))
+}
+
+/// Waits until the InferenceService reports Ready=True for its current generation.
+async fn wait_ready(ns: &TestNs, name: &str, op: &OperatorProcess) -> InferenceService {
+    let api = ns.isvcs();
+    let what = format!("{name} to turn Ready");
+    let found = tokio::time::timeout(std::time::Duration::from_secs(90), async {
+        loop {
+            if let Ok(isvc) = api.get(name).await
+                && let Some((status, _, generation)) = condition(&isvc, conditions::READY)
+                && status == "True"
+                && generation == isvc.metadata.generation
+                && isvc.status.as_ref().and_then(|s| s.observed_generation) == isvc.metadata.generation
+            {
+                return isvc;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("timed out waiting for {what}; operator log:\n{}", op.log_text()))
+}
+
+#[tokio::test]
+async fn a_valid_inferenceservice_gets_owned_children_status_and_events() {
+    let ns = TestNs::new("children").await;
+    let op = ns.operator("only");
+    let created = ns.create(isvc_doc("smol")).await;
+    let isvc = wait_ready(&ns, "smol", &op).await;
+
+    // Children exist, are owned by the InferenceService (controller reference), and carry the
+    // label that ties pods, metrics and the CR together.
+    let uid = created.uid().expect("uid");
+    let owned_by = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        let refs = meta.owner_references.clone().unwrap_or_default();
+        refs.len() == 1 && refs[0].uid == uid && refs[0].controller == Some(true)
+    };
+    let deployment = ns.api::<Deployment>().get("smol").await.expect("deployment");
+    assert!(owned_by(&deployment.metadata));
+    assert!(owned_by(&ns.api::<Service>().get("smol").await.expect("service").metadata));
+    let cm = ns.api::<ConfigMap>().get("smol-settings").await.expect("configmap");
+    assert!(owned_by(&cm.metadata));
+    assert_eq!(cm.data.expect("data")["settings.json"], r#"{"batch_wait_ms":0,"max_batch_size":8}"#);
+    assert!(owned_by(&ns.api::<PodDisruptionBudget>().get("smol").await.expect("pdb").metadata));
+    let labels = deployment.spec.and_then(|s| s.template.metadata).and_then(|m| m.labels).expect("pod labels");
+    assert_eq!(labels[pacer_crds::INFERENCESERVICE_LABEL], "smol");
+
+    // Status: generation, replicas under kwok, conditions and the summary for kubectl.
+    let status = isvc.status.clone().expect("status");
+    assert_eq!(status.observed_generation, Some(1));
+    assert_eq!((status.replicas, status.ready_replicas), (Some(1), Some(1)));
+    assert_eq!(status.tier.as_deref(), Some("native"));
+    assert_eq!(condition(&isvc, conditions::SPEC_VALID).map(|c| c.0), Some("True".into()));
+    let summary = status.summary.expect("summary");
+    assert_eq!((summary.replicas.as_str(), summary.ttft.as_str()), ("1/1", "-/400ms"));
+
+    // Events say what the operator did.
+    let events: Api<Event> = ns.api();
+    let reasons = eventually(20, "Events about smol", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            let reasons: Vec<String> = list
+                .items
+                .iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("smol"))
+                .filter_map(|e| e.reason.clone())
+                .collect();
+            (reasons.iter().any(|r| r == "Created") && reasons.iter().any(|r| r == "Ready")).then_some(reasons)
+        }
+    })
+    .await;
+    assert!(reasons.iter().filter(|r| *r == "Created").count() >= 4, "{reasons:?}");
+
+    // Printer columns, as kubectl asks for them (server-side Table).
+    let req = http::Request::get(format!(
+        "/apis/serving.pacer.dev/v1alpha1/namespaces/{}/inferenceservices/smol",
+        ns.name
+    ))
+    .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+    .body(Vec::new())
+    .expect("request");
+    let table: serde_json::Value = ns.admin.request(req).await.expect("table");
+    let columns: Vec<&str> =
+        table["columnDefinitions"].as_array().expect("columns").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(columns, ["Name", "Ready", "Replicas", "Tier", "TTFT", "ITL", "SLA", "Age"]);
+    let cells = &table["rows"][0]["cells"];
+    assert_eq!((cells[1].as_str(), cells[2].as_str(), cells[3].as_str()), (Some("True"), Some("1/1"), Some("native")));
+    assert_eq!((cells[4].as_str(), cells[5].as_str(), cells[6].as_str()), (Some("-/400ms"), Some("-/60ms"), Some("Unknown")));
+}
+
+#[tokio::test]
+async fn spec_changes_roll_out_and_edits_to_owned_fields_are_reverted() {
+    let ns = TestNs::new("drift").await;
+    let op = ns.operator("only");
+    ns.create(isvc_doc("smol")).await;
+    wait_ready(&ns, "smol", &op).await;
+    let deployments: Api<Deployment> = ns.api();
+
+    // A spec change: more replicas and an extra engine argument.
+    let patch = json!({"spec": {"replicas": {"min": 2, "max": 3}, "engine": {"args": ["--kv-cache-tokens=4096"]}}});
+    ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch spec");
+    let isvc = wait_ready(&ns, "smol", &op).await;
+    assert_eq!(isvc.status.as_ref().and_then(|s| s.ready_replicas), Some(2));
+    let d = deployments.get("smol").await.expect("deployment");
+    let spec = d.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(2));
+    let args = spec.template.spec.expect("pod").containers[0].args.clone().expect("args");
+    assert_eq!(args.last().map(String::as_str), Some("--kv-cache-tokens=4096"));
+
+    // Someone scales the Deployment by hand, with another field manager: reverted.
+    let edit = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 5}});
+    deployments
+        .patch("smol", &PatchParams::apply("someone").force(), &Patch::Apply(&edit))
+        .await
+        .expect("manual scale");
+    eventually(30, "the manual scale to be reverted", || {
+        let deployments = deployments.clone();
+        async move { (deployments.get("smol").await.ok()?.spec?.replicas == Some(2)).then_some(()) }
+    })
+    .await;
+
+    // Someone edits the live settings: reverted. Someone deletes the Service: recreated.
+    let configmaps: Api<ConfigMap> = ns.api();
+    let edit = json!({"data": {"settings.json": "{\"max_batch_size\": 1}"}});
+    configmaps.patch("smol-settings", &PatchParams::default(), &Patch::Merge(&edit)).await.expect("edit settings");
+    ns.api::<Service>().delete("smol", &DeleteParams::default()).await.expect("delete service");
+    eventually(30, "the settings edit to be reverted and the Service recreated", || {
+        let (configmaps, services) = (configmaps.clone(), ns.api::<Service>());
+        async move {
+            let cm = configmaps.get("smol-settings").await.ok()?;
+            let restored = cm.data?.get("settings.json")?.contains("\"max_batch_size\":8");
+            (restored && services.get_opt("smol").await.ok()?.is_some()).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deleting_the_inferenceservice_removes_its_children() {
+    let ns = TestNs::new("gc").await;
+    let op = ns.operator("only");
+    ns.create(isvc_doc("smol")).await;
+    wait_ready(&ns, "smol", &op).await;
+    ns.isvcs().delete("smol", &DeleteParams::foreground()).await.expect("delete");
+    eventually(60, "the garbage collector to remove the children", || {
+        let (d, s, c, p) = (ns.api::<Deployment>(), ns.api::<Service>(), ns.api::<ConfigMap>(), ns.api::<PodDisruptionBudget>());
+        async move {
+            let gone = d.get_opt("smol").await.ok()?.is_none()
+                && s.get_opt("smol").await.ok()?.is_none()
+                && c.get_opt("smol-settings").await.ok()?.is_none()
+                && p.get_opt("smol").await.ok()?.is_none();
+            gone.then_some(())
+        }
+    })
+    .await;
+}
+
+/// The resource versions of the InferenceService and its children.
+async fn versions(ns: &TestNs) -> Vec<(String, String)> {
+    let rv = |kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        (kind.to_string(), meta.resource_version.clone().unwrap_or_default())
+    };
+    vec![
+        rv("InferenceService", &ns.isvcs().get("smol").await.expect("isvc").metadata),
+        rv("Deployment", &ns.api::<Deployment>().get("smol").await.expect("deployment").metadata),
+        rv("Service", &ns.api::<Service>().get("smol").await.expect("service").metadata),
+        rv("ConfigMap", &ns.api::<ConfigMap>().get("smol-settings").await.expect("configmap").metadata),
+        rv("PodDisruptionBudget", &ns.api::<PodDisruptionBudget>().get("smol").await.expect("pdb").metadata),
+    ]
+}
+
+#[tokio::test]
+async fn a_restarted_operator_writes_nothing() {
+    let ns = TestNs::new("restart").await;
+    let mut first = ns.operator("first");
+    ns.create(isvc_doc("smol")).await;
+    wait_ready(&ns, "smol", &first).await;
+    // Let the Deployment's status settle (kwok and the controller manager write it).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let before = versions(&ns).await;
+    first.stop();
+
+    let second = ns.operator("second");
+    eventually(30, "the restarted operator to reconcile", || async {
+        (second.metric("pacer_operator_reconciles_total", "result=\"ok\"").await? >= 1.0).then_some(())
+    })
+    .await;
+    // Another evaluation cannot pass without a reconcile, so force one with a no-op label.
+    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&touch)).await.expect("touch");
+    eventually(30, "a second reconcile", || async {
+        (second.metric("pacer_operator_reconciles_total", "result=\"ok\"").await? >= 2.0).then_some(())
+    })
+    .await;
+    let after = versions(&ns).await;
+    // The label changed the InferenceService itself; nothing the operator writes changed.
+    assert_eq!(before[1..], after[1..], "children were rewritten by a no-op reconcile");
+    assert_eq!(second.metric("pacer_operator_writes_total", "").await, Some(0.0), "{}", second.log_text());
+}
+
+#[tokio::test]
+async fn two_operator_replicas_never_both_act() {
+    let ns = TestNs::new("leader").await;
+    let a = ns.operator("a");
+    let b = ns.operator("b");
+    let (leader, _) = eventually(30, "one replica to lead", || async {
+        let la = a.metric("pacer_operator_leader", "").await?;
+        let lb = b.metric("pacer_operator_leader", "").await?;
+        match (la, lb) {
+            (1.0, 0.0) => Some(("a", "b")),
+            (0.0, 1.0) => Some(("b", "a")),
+            _ => None,
+        }
+    })
+    .await;
+    let (mut leader, follower) = if leader == "a" { (a, b) } else { (b, a) };
+
+    ns.create(isvc_doc("smol")).await;
+    wait_ready(&ns, "smol", &leader).await;
+    let follower_proc = &follower;
+    // The follower has stood by the whole time.
+    assert_eq!(follower_proc.metric("pacer_operator_reconciles_total", "").await, Some(0.0));
+    assert_eq!(follower_proc.metric("pacer_operator_writes_total", "").await, Some(0.0));
+    assert_eq!(follower_proc.metric("pacer_operator_leader", "").await, Some(0.0));
+
+    // The leader goes away (SIGTERM releases the Lease); the follower takes over and acts.
+    leader.stop();
+    eventually(30, "the follower to take the Lease", || async {
+        (follower_proc.metric("pacer_operator_leader", "").await? == 1.0).then_some(())
+    })
+    .await;
+    let patch = json!({"spec": {"replicas": {"min": 2}}});
+    ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    let isvc = wait_ready(&ns, "smol", follower_proc).await;
+    assert_eq!(isvc.status.and_then(|s| s.ready_replicas), Some(2));
+}
