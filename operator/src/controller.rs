@@ -59,6 +59,8 @@ pub struct Stores {
     pub configmaps: Store<ConfigMap>,
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
+    /// Set once every cache is filled.
+    filled: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl Stores {
@@ -66,12 +68,18 @@ impl Stores {
     /// streams itself, so this must be awaited inside a reconcile, never before the controller
     /// runs.
     pub async fn ready(&self) {
-        let _ = futures::join!(
-            self.deployments.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.configmaps.wait_until_ready(),
-            self.pdbs.wait_until_ready(),
-        );
+        // One task waits on the stores; everyone else waits on the cell, which wakes them all
+        // (a store's own readiness future is not meant for many concurrent waiters).
+        self.filled
+            .get_or_init(|| async {
+                let _ = futures::join!(
+                    self.deployments.wait_until_ready(),
+                    self.services.wait_until_ready(),
+                    self.configmaps.wait_until_ready(),
+                    self.pdbs.wait_until_ready(),
+                );
+            })
+            .await;
     }
 }
 
@@ -111,7 +119,7 @@ pub async fn run(
     let (services, service_events) = cached::<Service>(scope.api(&client), owned.clone());
     let (configmaps, configmap_events) = cached::<ConfigMap>(scope.api(&client), owned.clone());
     let (pdbs, pdb_events) = cached::<PodDisruptionBudget>(scope.api(&client), owned);
-    let stores = Stores { deployments, services, configmaps, pdbs };
+    let stores = Stores { deployments, services, configmaps, pdbs, filled: Arc::default() };
 
     let reporter = Reporter { controller: "pacer-operator".into(), instance: Some(instance) };
     let ctx = Arc::new(Context {
@@ -175,6 +183,7 @@ async fn pod_monitor_served(client: &Client) -> bool {
 #[tracing::instrument(skip(isvc, ctx), fields(namespace = isvc.namespace(), name = isvc.name_any()))]
 pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.duration.start_timer();
+    tracing::debug!("reconciling");
     if isvc.metadata.deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove the children.
         return Ok(Action::await_change());
@@ -218,6 +227,7 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
         }
     }
     ctx.metrics.reconciles.with_label_values(&["ok"]).inc();
+    tracing::debug!(replicas = levers.replicas, tier = %levers.tier, "reconciled");
     if let Ok(mut failures) = ctx.failures.lock() {
         failures.remove(&ObjectRef::from_obj(&*isvc));
     }

@@ -30,3 +30,29 @@ pub fn crd_yaml() -> String {
          # Regenerate: cargo run -p pacer-operator -- crd > crds/inferenceservice.yaml\n{body}"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_committed_crd_is_the_generated_one() {
+        let committed = include_str!("../../crds/inferenceservice.yaml");
+        assert!(
+            committed == super::crd_yaml(),
+            "crds/inferenceservice.yaml is stale: run `cargo run -p pacer-operator -- crd > crds/inferenceservice.yaml`"
+        );
+    }
+
+    #[test]
+    fn every_sample_parses_builds_and_validates() {
+        for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/samples")).expect("samples") {
+            let path = entry.expect("entry").path();
+            let text = std::fs::read_to_string(&path).expect("read");
+            let mut isvc: pacer_crds::InferenceService =
+                serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            isvc.metadata.namespace = Some("default".into());
+            crate::build::validate(&isvc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let levers = crate::build::Levers::initial(&isvc);
+            let _ = crate::build::deployment(&isvc, &levers);
+        }
+    }
+}

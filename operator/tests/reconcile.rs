@@ -38,7 +38,22 @@ async fn wait_ready(ns: &TestNs, name: &str, op: &OperatorProcess) -> InferenceS
         }
     })
     .await;
-    found.unwrap_or_else(|_| panic!("timed out waiting for {what}; operator log:\n{}", op.log_text()))
+    match found {
+        Ok(isvc) => isvc,
+        Err(_) => {
+            let status = api.get(name).await.ok().and_then(|i| i.status);
+            let pods = ns.api::<k8s_openapi::api::core::v1::Pod>().list(&ListParams::default()).await.ok();
+            let pods: Vec<String> = pods
+                .map(|l| l.items.iter().map(|p| format!("{}: {:?}", p.name_any(), p.status)).collect())
+                .unwrap_or_default();
+            let deployment = ns.api::<Deployment>().get_opt(name).await.ok().flatten().and_then(|d| d.status);
+            panic!(
+                "timed out waiting for {what}\nstatus: {status:?}\ndeployment: {deployment:?}\npods:\n{}\noperator log:\n{}",
+                pods.join("\n"),
+                op.log_text()
+            )
+        }
+    }
 }
 
 #[tokio::test]
@@ -254,4 +269,61 @@ async fn two_operator_replicas_never_both_act() {
     ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
     let isvc = wait_ready(&ns, "smol", follower_proc).await;
     assert_eq!(isvc.status.and_then(|s| s.ready_replicas), Some(2));
+}
+
+#[tokio::test]
+async fn the_samples_run_under_kwok() {
+    use k8s_openapi::api::core::v1::Node;
+    let ns = TestNs::new("samples").await;
+    // What the samples expect of a cluster: a claim `models` (bound to a volume here), and
+    // nodes labelled for the image sample's node selector.
+    let volume = format!("models-{}", ns.name);
+    common::apply_json(
+        &ns.admin,
+        None,
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadOnlyMany"], "storageClassName": "",
+                     "hostPath": {"path": "/var/lib/models"},
+                     "claimRef": {"namespace": ns.name, "name": "models"}},
+        }),
+    )
+    .await;
+    common::apply_json(
+        &ns.admin,
+        Some(&ns.name),
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "models"},
+            "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }),
+    )
+    .await;
+    let nodes: Api<Node> = Api::all(ns.admin.clone());
+    for node in nodes.list(&ListParams::default()).await.expect("nodes").items {
+        let label = json!({"metadata": {"labels": {"pacer.dev/pool": "inference"}}});
+        nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&label)).await.expect("label node");
+    }
+
+    let op = ns.operator("only");
+    let mut names = Vec::new();
+    let mut samples: Vec<_> = std::fs::read_dir(common::repo_file("config/samples"))
+        .expect("samples")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    samples.sort();
+    assert!(samples.len() >= 3, "{samples:?}");
+    for path in &samples {
+        let text = std::fs::read_to_string(path).expect("sample");
+        for obj in common::apply_yaml(&ns.admin, Some(&ns.name), &text).await {
+            names.push((obj.name_any(), path.display().to_string()));
+        }
+    }
+    for (name, path) in &names {
+        let isvc = wait_ready(&ns, name, &op).await;
+        let status = isvc.status.clone().expect("status");
+        assert_eq!(status.ready_replicas, Some(isvc.spec.replicas.min), "{path}");
+        assert_eq!(status.tier.as_deref(), Some(isvc.spec.quantization.preferred().as_str()), "{path}");
+    }
 }
