@@ -87,6 +87,9 @@ struct ServeArgs {
     /// Log prompt token ids (off: prompts may contain personal data).
     #[arg(long, env = "PACER_LOG_PROMPTS")]
     log_prompts: bool,
+    /// Largest context (prompt + output tokens) a request may use [default: the model's own].
+    #[arg(long, env = "PACER_CONTEXT_LENGTH")]
+    context_length: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -416,12 +419,17 @@ fn serve(args: ServeArgs) -> Result<()> {
         drain_timeout,
         max_body_bytes,
         log_prompts,
+        context_length,
     } = args;
     let path = model.model_path()?;
     let served_name = served_model_name.unwrap_or_else(|| {
         path.file_stem().map_or_else(|| "model".to_string(), |s| s.to_string_lossy().into_owned())
     });
-    let loaded = std::sync::Arc::new(load(&model)?);
+    let mut loaded = load(&model)?;
+    if let Some(limit) = context_length {
+        loaded.model.limit_context(limit)?;
+    }
+    let loaded = std::sync::Arc::new(loaded);
     let config = pacer_engine::server::ServeConfig {
         served_name,
         api_key,

@@ -358,3 +358,47 @@ fn sigterm_drains_without_cutting_a_stream_and_exits_zero() {
     let exit = child.wait().unwrap();
     assert!(exit.success(), "exit status {exit}");
 }
+
+#[test]
+fn context_length_caps_what_a_request_may_use() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pacer-engine"))
+        .args(["serve", "--port", &port.to_string(), "--served-model-name", MODEL, "--context-length", "32"])
+        .env("PACER_MODEL", common::model_path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let call = |method: &str, path: &str, body: &str| -> Option<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .ok()?;
+        let mut reader = BufReader::new(s);
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let mut rest = String::new();
+        reader.read_to_string(&mut rest).ok()?;
+        Some((line.split(' ').nth(1)?.parse().ok()?, rest))
+    };
+    let ready = (0..400).any(|_| {
+        let ok = call("GET", "/ready", "").is_some_and(|(s, _)| s == 200);
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok
+    });
+    assert!(ready, "server never became ready");
+    let (_, models) = call("GET", "/v1/models", "").unwrap();
+    assert!(models.contains("\"max_model_len\":32"), "{models}");
+    // 20 words are more than 32 tokens with the answer's room: a clear 400, not a truncation.
+    let body = json!({"model": MODEL, "prompt": "one two three four five six seven eight nine ten ".repeat(4), "max_tokens": 8}).to_string();
+    let (status, text) = call("POST", "/v1/completions", &body).unwrap();
+    assert_eq!(status, 400, "{text}");
+    child.kill().unwrap();
+    let _ = child.wait();
+}

@@ -31,6 +31,19 @@ pub struct Model {
 }
 
 impl Model {
+    /// Serves at most `limit` tokens of context (prompt + output), below the trained context:
+    /// a smaller context bounds each request's KV reservation.
+    pub fn limit_context(&mut self, limit: usize) -> Result<(), EngineError> {
+        let trained = self.config.context_length;
+        if limit == 0 || limit > trained {
+            return Err(EngineError::Model(format!(
+                "--context-length {limit} must be between 1 and the model's trained context of {trained} tokens"
+            )));
+        }
+        self.config.context_length = limit;
+        Ok(())
+    }
+
     /// Loads the weights of an already-parsed GGUF (see [`read_content`]) at `tier`.
     pub fn from_gguf(
         path: &Path,
