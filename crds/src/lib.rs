@@ -25,4 +25,3 @@ pub const GROUP: &str = "serving.pacer.dev";
 pub const VERSION: &str = "v1alpha1";
 /// The label that ties engine pods, their Prometheus series and the custom resource together.
 pub const INFERENCESERVICE_LABEL: &str = "serving.pacer.dev/inferenceservice";
-

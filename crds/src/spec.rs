@@ -437,7 +437,11 @@ fn default_allowed_tiers() -> Vec<Tier> {
 
 impl Default for QuantizationSpec {
     fn default() -> Self {
-        QuantizationSpec { allowed_tiers: default_allowed_tiers(), preferred_tier: None, allow_degrade: false }
+        QuantizationSpec {
+            allowed_tiers: default_allowed_tiers(),
+            preferred_tier: None,
+            allow_degrade: false,
+        }
     }
 }
 

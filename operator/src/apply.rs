@@ -59,7 +59,9 @@ pub fn is_subset(want: &Value, have: &Value) -> bool {
         (Value::Object(w), Value::Object(h)) => {
             w.iter().all(|(k, wv)| h.get(k).is_some_and(|hv| is_subset(wv, hv)) || is_absent_default(wv))
         }
-        (Value::Array(w), Value::Array(h)) => w.len() == h.len() && w.iter().zip(h).all(|(a, b)| is_subset(a, b)),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| is_subset(a, b))
+        }
         (Value::Number(w), Value::Number(h)) => w.as_f64() == h.as_f64(),
         _ => want == have,
     }
@@ -67,7 +69,9 @@ pub fn is_subset(want: &Value, have: &Value) -> bool {
 
 /// Values the API server drops when stored: an empty object or list, or null.
 fn is_absent_default(v: &Value) -> bool {
-    matches!(v, Value::Null) || matches!(v, Value::Object(o) if o.is_empty()) || matches!(v, Value::Array(a) if a.is_empty())
+    matches!(v, Value::Null)
+        || matches!(v, Value::Object(o) if o.is_empty())
+        || matches!(v, Value::Array(a) if a.is_empty())
 }
 
 #[cfg(test)]

@@ -195,7 +195,13 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
     let now = (ctx.now)();
 
     if let Err(spec_error) = build::validate(&isvc) {
-        let next = status::desired(&Observed { isvc: &isvc, levers: &levers, deployment: None, spec_error: Some(&spec_error), now });
+        let next = status::desired(&Observed {
+            isvc: &isvc,
+            levers: &levers,
+            deployment: None,
+            spec_error: Some(&spec_error),
+            now,
+        });
         if status::changed(isvc.status.as_ref(), &next) {
             write_status(&ctx, &isvc, &ns, &next).await?;
             publish(&ctx, &isvc, EventType::Warning, "InvalidSpec", "Validate", spec_error.to_string()).await;
@@ -206,23 +212,47 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
 
     let client = &ctx.client;
     let stores = &ctx.stores;
-    let deployment = apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::deployment(&isvc, &levers), &stores.deployments).await?;
-    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::configmap(&isvc, &levers), &stores.configmaps).await?;
-    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::service(&isvc), &stores.services).await?;
+    let deployment = apply_child(
+        &ctx,
+        &isvc,
+        Api::namespaced(client.clone(), &ns),
+        &build::deployment(&isvc, &levers),
+        &stores.deployments,
+    )
+    .await?;
+    apply_child(
+        &ctx,
+        &isvc,
+        Api::namespaced(client.clone(), &ns),
+        &build::configmap(&isvc, &levers),
+        &stores.configmaps,
+    )
+    .await?;
+    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::service(&isvc), &stores.services)
+        .await?;
     apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::pdb(&isvc), &stores.pdbs).await?;
     if ctx.pod_monitors {
         apply_pod_monitor(&ctx, &isvc, &ns).await?;
     }
 
-    let next = status::desired(&Observed { isvc: &isvc, levers: &levers, deployment: Some(&deployment), spec_error: None, now });
+    let next = status::desired(&Observed {
+        isvc: &isvc,
+        levers: &levers,
+        deployment: Some(&deployment),
+        spec_error: None,
+        now,
+    });
     if status::changed(isvc.status.as_ref(), &next) {
         let was = status::condition(isvc.status.as_ref(), conditions::READY).map(|c| c.status.clone());
         write_status(&ctx, &isvc, &ns, &next).await?;
         if let Some(ready) = status::condition(Some(&next), conditions::READY)
             && was.as_deref() != Some(ready.status.as_str())
         {
-            let (kind, reason) =
-                if ready.status == "True" { (EventType::Normal, "Ready") } else { (EventType::Normal, "NotReady") };
+            let (kind, reason) = if ready.status == "True" {
+                (EventType::Normal, "Ready")
+            } else {
+                (EventType::Normal, "NotReady")
+            };
             publish(&ctx, &isvc, kind, reason, "Observe", ready.message.clone()).await;
         }
     }
@@ -253,7 +283,15 @@ where
     match outcome {
         // The action names the kind, so Events about different children are not merged.
         Outcome::Created => {
-            publish(ctx, isvc, EventType::Normal, "Created", &format!("Apply{kind}"), format!("created {kind} {name}")).await
+            publish(
+                ctx,
+                isvc,
+                EventType::Normal,
+                "Created",
+                &format!("Apply{kind}"),
+                format!("created {kind} {name}"),
+            )
+            .await
         }
         Outcome::Updated => {
             let note = format!("updated {kind} {name} to the spec");
@@ -277,9 +315,13 @@ async fn apply_pod_monitor(ctx: &Context, isvc: &InferenceService, ns: &str) -> 
         return Ok(());
     }
     ctx.metrics.writes.with_label_values(&["PodMonitor"]).inc();
-    api.patch(&desired.name_any(), &PatchParams::apply(build::FIELD_MANAGER).force(), &Patch::Apply(&desired_json))
-        .await
-        .map_err(|source| Error::Apply { kind: "PodMonitor".into(), name: desired.name_any(), source })?;
+    api.patch(
+        &desired.name_any(),
+        &PatchParams::apply(build::FIELD_MANAGER).force(),
+        &Patch::Apply(&desired_json),
+    )
+    .await
+    .map_err(|source| Error::Apply { kind: "PodMonitor".into(), name: desired.name_any(), source })?;
     Ok(())
 }
 
@@ -296,14 +338,26 @@ async fn write_status(
         "status": next,
     });
     ctx.metrics.writes.with_label_values(&["InferenceService/status"]).inc();
-    api.patch_status(&isvc.name_any(), &PatchParams::apply(build::FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::Status)?;
+    api.patch_status(
+        &isvc.name_any(),
+        &PatchParams::apply(build::FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::Status)?;
     Ok(())
 }
 
-async fn publish(ctx: &Context, isvc: &InferenceService, type_: EventType, reason: &str, action: &str, note: String) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+async fn publish(
+    ctx: &Context,
+    isvc: &InferenceService,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event =
+        Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
     if let Err(e) = ctx.recorder.publish(&event, &isvc.object_ref(&())).await {
         // Events are best effort: a failure must not fail the reconcile.
         tracing::warn!(error = %e, "publishing an Event failed");

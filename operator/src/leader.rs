@@ -28,7 +28,11 @@ pub struct Timing {
 impl Default for Timing {
     fn default() -> Self {
         // client-go's defaults for controllers.
-        Timing { lease_duration: Duration::from_secs(15), renew_deadline: Duration::from_secs(10), retry: Duration::from_secs(2) }
+        Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry: Duration::from_secs(2),
+        }
     }
 }
 
@@ -51,7 +55,12 @@ enum Attempt {
 
 impl Elector {
     /// A candidate named `identity` for the Lease `name` in `api`'s namespace.
-    pub fn new(api: Api<Lease>, name: impl Into<String>, identity: impl Into<String>, timing: Timing) -> Elector {
+    pub fn new(
+        api: Api<Lease>,
+        name: impl Into<String>,
+        identity: impl Into<String>,
+        timing: Timing,
+    ) -> Elector {
         Elector { api, name: name.into(), identity: identity.into(), timing, observed: None }
     }
 
@@ -95,7 +104,9 @@ impl Elector {
                 Err(e) => {
                     tracing::warn!(error = %e, "renewing the leader Lease failed");
                     if last_renewed.elapsed() >= self.timing.renew_deadline {
-                        tracing::error!("could not renew the leader Lease within the deadline; stepping down");
+                        tracing::error!(
+                            "could not renew the leader Lease within the deadline; stepping down"
+                        );
                         let _ = leading.send(false);
                         return;
                     }
@@ -139,7 +150,8 @@ impl Elector {
                     Instant::now()
                 }
             };
-            let held_for = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration_secs).max(1) as u64);
+            let held_for =
+                Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration_secs).max(1) as u64);
             if holder.is_some() && seen_since.elapsed() < held_for {
                 return Ok(Attempt::Following);
             }

@@ -44,7 +44,9 @@ mod tests {
 
     #[test]
     fn every_sample_parses_builds_and_validates() {
-        for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/samples")).expect("samples") {
+        for entry in
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/samples")).expect("samples")
+        {
             let path = entry.expect("entry").path();
             let text = std::fs::read_to_string(&path).expect("read");
             let mut isvc: pacer_crds::InferenceService =

@@ -6,7 +6,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{Api, Client};
+use kube::Api;
 use pacer_operator::controller::{self, Scope};
 use pacer_operator::leader::{Elector, Timing};
 use pacer_operator::telemetry::{self, Metrics};
@@ -14,7 +14,11 @@ use std::net::SocketAddr;
 use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
-#[command(name = "pacer-operator", version, about = "Pacer's Kubernetes operator: holds LLM inference to a latency SLA")]
+#[command(
+    name = "pacer-operator",
+    version,
+    about = "Pacer's Kubernetes operator: holds LLM inference to a latency SLA"
+)]
 struct Cli {
     /// Log format: human-readable text, or JSON lines for log collectors in a cluster.
     #[arg(long, env = "PACER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -79,14 +83,36 @@ fn main() -> Result<()> {
 }
 
 async fn run(args: RunArgs) -> Result<()> {
-    let RunArgs { namespace, metrics_addr, leader_elect, lease_name, lease_namespace, identity, lease_duration } =
-        args;
-    let client = Client::try_default().await.context("connecting to the Kubernetes API (kubeconfig or in-cluster)")?;
-    let version = client.apiserver_version().await.context("reading the API server's version")?;
+    let RunArgs {
+        namespace,
+        metrics_addr,
+        leader_elect,
+        lease_name,
+        lease_namespace,
+        identity,
+        lease_duration,
+    } = args;
+    let metrics = Metrics::new();
+    let config = kube::Config::infer().await.context("reading the kubeconfig or in-cluster config")?;
+    // Every request is counted by method and resource: the scale benchmark's "API calls per
+    // no-op reconcile" reads this, and so can anyone watching the operator in production.
+    let counter = metrics.api_requests.clone();
+    let count = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
+        let (method, resource) =
+            telemetry::request_labels(req.method().as_str(), req.uri().path(), req.uri().query());
+        counter.with_label_values(&[&method, &resource]).inc();
+        req
+    });
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("building the Kubernetes client")?
+        .with_layer(&count)
+        .build();
+    let version = client.apiserver_version().await.context("connecting to the Kubernetes API")?;
     tracing::info!(version = %version.git_version, "connected to the Kubernetes API");
 
-    let metrics = Metrics::new();
-    let listener = tokio::net::TcpListener::bind(metrics_addr).await.with_context(|| format!("binding {metrics_addr}"))?;
+    let listener = tokio::net::TcpListener::bind(metrics_addr)
+        .await
+        .with_context(|| format!("binding {metrics_addr}"))?;
     tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
     let router = telemetry::router(metrics.clone());
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -100,8 +126,12 @@ async fn run(args: RunArgs) -> Result<()> {
             renew_deadline: std::time::Duration::from_secs(lease_duration.max(2) * 2 / 3),
             retry: std::time::Duration::from_secs((lease_duration / 7).max(1)),
         };
-        let mut elector =
-            Elector::new(Api::<Lease>::namespaced(client.clone(), &lease_namespace), lease_name, identity.clone(), timing);
+        let mut elector = Elector::new(
+            Api::<Lease>::namespaced(client.clone(), &lease_namespace),
+            lease_name,
+            identity.clone(),
+            timing,
+        );
         tracing::info!(identity = %elector.identity(), "waiting for the leader Lease");
         // Standing by counts as ready: the replica is healthy and will take over when needed.
         metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -111,18 +111,33 @@ fn rollout(deployment: Option<&Deployment>, desired: i32) -> (i32, Found, Found)
     let name = d.name_any();
 
     let ready_cond = if !current_generation {
-        (conditions::READY, false, reasons::DEPLOYMENT_PENDING, format!("Deployment {name} has not observed the latest change yet"))
+        (
+            conditions::READY,
+            false,
+            reasons::DEPLOYMENT_PENDING,
+            format!("Deployment {name} has not observed the latest change yet"),
+        )
     } else if ready >= desired && available >= desired {
-        (conditions::READY, true, reasons::REPLICAS_READY, format!("{ready}/{desired} engine replicas are ready"))
+        (
+            conditions::READY,
+            true,
+            reasons::REPLICAS_READY,
+            format!("{ready}/{desired} engine replicas are ready"),
+        )
     } else {
-        (conditions::READY, false, reasons::REPLICAS_NOT_READY, format!("{ready}/{desired} engine replicas are ready"))
+        (
+            conditions::READY,
+            false,
+            reasons::REPLICAS_NOT_READY,
+            format!("{ready}/{desired} engine replicas are ready"),
+        )
     };
 
-    let deadline_exceeded = status
-        .conditions
-        .iter()
-        .flatten()
-        .any(|c| c.type_ == "Progressing" && c.status == "False" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
+    let deadline_exceeded = status.conditions.iter().flatten().any(|c| {
+        c.type_ == "Progressing"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+    });
     let progressing = if deadline_exceeded {
         (
             conditions::PROGRESSING,
@@ -138,7 +153,12 @@ fn rollout(deployment: Option<&Deployment>, desired: i32) -> (i32, Found, Found)
             format!("rolling out: {updated}/{desired} replicas updated, {available} available"),
         )
     } else {
-        (conditions::PROGRESSING, false, reasons::ROLLOUT_COMPLETE, format!("{desired} replicas run the current template"))
+        (
+            conditions::PROGRESSING,
+            false,
+            reasons::ROLLOUT_COMPLETE,
+            format!("{desired} replicas run the current template"),
+        )
     };
     (ready, ready_cond, progressing)
 }
@@ -179,7 +199,12 @@ mod tests {
         d
     }
 
-    fn status_of(isvc: &InferenceService, levers: &Levers, d: Option<&Deployment>, now: i64) -> InferenceServiceStatus {
+    fn status_of(
+        isvc: &InferenceService,
+        levers: &Levers,
+        d: Option<&Deployment>,
+        now: i64,
+    ) -> InferenceServiceStatus {
         desired(&Observed { isvc, levers, deployment: d, spec_error: None, now: at(now) })
     }
 
@@ -227,7 +252,13 @@ mod tests {
         let isvc = fixtures::isvc();
         let err = SpecError::Name("x".into());
         let levers = Levers::initial(&isvc);
-        let s = desired(&Observed { isvc: &isvc, levers: &levers, deployment: None, spec_error: Some(&err), now: at(1) });
+        let s = desired(&Observed {
+            isvc: &isvc,
+            levers: &levers,
+            deployment: None,
+            spec_error: Some(&err),
+            now: at(1),
+        });
         assert_eq!(cond(&s, conditions::SPEC_VALID).status, "False");
         assert!(cond(&s, conditions::SPEC_VALID).message.contains("DNS-1035"));
         assert_eq!(cond(&s, conditions::READY).status, "False");

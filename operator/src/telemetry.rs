@@ -21,6 +21,8 @@ pub struct Metrics {
     pub duration: Histogram,
     /// Writes (server-side applies and status patches) by kind.
     pub writes: IntCounterVec,
+    /// Requests to the API server by HTTP method (`WATCH` for watches) and resource.
+    pub api_requests: IntCounterVec,
     /// 1 while this replica holds the leader Lease.
     pub leader: IntGauge,
     /// Whether the process is ready (see the module docs).
@@ -42,9 +44,10 @@ impl Metrics {
         )
         .expect("valid metric");
         let duration = Histogram::with_opts(
-            HistogramOpts::new("pacer_operator_reconcile_duration_seconds", "Time one reconcile takes").buckets(
-                vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
-            ),
+            HistogramOpts::new("pacer_operator_reconcile_duration_seconds", "Time one reconcile takes")
+                .buckets(vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ]),
         )
         .expect("valid metric");
         let writes = IntCounterVec::new(
@@ -52,15 +55,34 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let api_requests = IntCounterVec::new(
+            Opts::new(
+                "pacer_operator_api_requests_total",
+                "Requests to the Kubernetes API by method and resource",
+            ),
+            &["method", "resource"],
+        )
+        .expect("valid metric");
         let leader = IntGauge::new("pacer_operator_leader", "1 while this replica holds the leader Lease")
             .expect("valid metric");
-        let register = |c: Box<dyn prometheus::core::Collector>| registry.register(c).expect("unique metric names");
+        let register =
+            |c: Box<dyn prometheus::core::Collector>| registry.register(c).expect("unique metric names");
         register(Box::new(reconciles.clone()));
         register(Box::new(errors.clone()));
         register(Box::new(duration.clone()));
         register(Box::new(writes.clone()));
+        register(Box::new(api_requests.clone()));
         register(Box::new(leader.clone()));
-        Arc::new(Metrics { registry, reconciles, errors, duration, writes, leader, ready: AtomicBool::new(false) })
+        Arc::new(Metrics {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            writes,
+            api_requests,
+            leader,
+            ready: AtomicBool::new(false),
+        })
     }
 
     /// The metrics in Prometheus text format.
@@ -69,6 +91,24 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
     }
+}
+
+/// The method and resource of an API request, as `pacer_operator_api_requests_total` labels:
+/// `GET /apis/apps/v1/namespaces/ml/deployments/smol` → (`GET`, `deployments`); a watch is `WATCH`.
+pub fn request_labels(method: &str, path: &str, query: Option<&str>) -> (String, String) {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    // /api/v1/... or /apis/<group>/<version>/...: the rest starts after the version.
+    let rest = match segments.first() {
+        Some(&"api") => segments.get(2..),
+        Some(&"apis") => segments.get(3..),
+        _ => None,
+    }
+    .unwrap_or(&[]);
+    let rest = if rest.first() == Some(&"namespaces") && rest.len() > 2 { &rest[2..] } else { rest };
+    let resource = rest.first().copied().unwrap_or("discovery").to_string();
+    let watch = query.is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    let method = if watch { "WATCH".to_string() } else { method.to_string() };
+    (method, resource)
 }
 
 /// The router of `/metrics`, `/healthz` and `/readyz`.
@@ -87,4 +127,31 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
             }),
         )
         .with_state(metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_labels;
+
+    #[test]
+    fn requests_are_labelled_by_method_and_resource() {
+        let l = |m, p, q| request_labels(m, p, q);
+        assert_eq!(
+            l("GET", "/apis/apps/v1/namespaces/ml/deployments/smol", None),
+            ("GET".into(), "deployments".into())
+        );
+        assert_eq!(
+            l("GET", "/api/v1/namespaces/ml/configmaps", Some("watch=true&labelSelector=x")),
+            ("WATCH".into(), "configmaps".into())
+        );
+        assert_eq!(
+            l("PATCH", "/apis/serving.pacer.dev/v1alpha1/namespaces/ml/inferenceservices/smol/status", None),
+            ("PATCH".into(), "inferenceservices".into())
+        );
+        assert_eq!(
+            l("GET", "/apis/serving.pacer.dev/v1alpha1/inferenceservices", None),
+            ("GET".into(), "inferenceservices".into())
+        );
+        assert_eq!(l("GET", "/version", None), ("GET".into(), "discovery".into()));
+    }
 }

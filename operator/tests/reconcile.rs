@@ -77,7 +77,8 @@ async fn a_valid_inferenceservice_gets_owned_children_status_and_events() {
     assert!(owned_by(&cm.metadata));
     assert_eq!(cm.data.expect("data")["settings.json"], r#"{"batch_wait_ms":0,"max_batch_size":8}"#);
     assert!(owned_by(&ns.api::<PodDisruptionBudget>().get("smol").await.expect("pdb").metadata));
-    let labels = deployment.spec.and_then(|s| s.template.metadata).and_then(|m| m.labels).expect("pod labels");
+    let labels =
+        deployment.spec.and_then(|s| s.template.metadata).and_then(|m| m.labels).expect("pod labels");
     assert_eq!(labels[pacer_crds::INFERENCESERVICE_LABEL], "smol");
 
     // Status: generation, replicas under kwok, conditions and the summary for kubectl.
@@ -101,7 +102,8 @@ async fn a_valid_inferenceservice_gets_owned_children_status_and_events() {
                 .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("smol"))
                 .filter_map(|e| e.reason.clone())
                 .collect();
-            (reasons.iter().any(|r| r == "Created") && reasons.iter().any(|r| r == "Ready")).then_some(reasons)
+            (reasons.iter().any(|r| r == "Created") && reasons.iter().any(|r| r == "Ready"))
+                .then_some(reasons)
         }
     })
     .await;
@@ -116,12 +118,22 @@ async fn a_valid_inferenceservice_gets_owned_children_status_and_events() {
     .body(Vec::new())
     .expect("request");
     let table: serde_json::Value = ns.admin.request(req).await.expect("table");
-    let columns: Vec<&str> =
-        table["columnDefinitions"].as_array().expect("columns").iter().filter_map(|c| c["name"].as_str()).collect();
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
     assert_eq!(columns, ["Name", "Ready", "Replicas", "Tier", "TTFT", "ITL", "SLA", "Age"]);
     let cells = &table["rows"][0]["cells"];
-    assert_eq!((cells[1].as_str(), cells[2].as_str(), cells[3].as_str()), (Some("True"), Some("1/1"), Some("native")));
-    assert_eq!((cells[4].as_str(), cells[5].as_str(), cells[6].as_str()), (Some("-/400ms"), Some("-/60ms"), Some("Unknown")));
+    assert_eq!(
+        (cells[1].as_str(), cells[2].as_str(), cells[3].as_str()),
+        (Some("True"), Some("1/1"), Some("native"))
+    );
+    assert_eq!(
+        (cells[4].as_str(), cells[5].as_str(), cells[6].as_str()),
+        (Some("-/400ms"), Some("-/60ms"), Some("Unknown"))
+    );
 }
 
 #[tokio::test]
@@ -133,7 +145,8 @@ async fn spec_changes_roll_out_and_edits_to_owned_fields_are_reverted() {
     let deployments: Api<Deployment> = ns.api();
 
     // A spec change: more replicas and an extra engine argument.
-    let patch = json!({"spec": {"replicas": {"min": 2, "max": 3}, "engine": {"args": ["--kv-cache-tokens=4096"]}}});
+    let patch =
+        json!({"spec": {"replicas": {"min": 2, "max": 3}, "engine": {"args": ["--kv-cache-tokens=4096"]}}});
     ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch spec");
     let isvc = wait_ready(&ns, "smol", &op).await;
     assert_eq!(isvc.status.as_ref().and_then(|s| s.ready_replicas), Some(2));
@@ -158,7 +171,10 @@ async fn spec_changes_roll_out_and_edits_to_owned_fields_are_reverted() {
     // Someone edits the live settings: reverted. Someone deletes the Service: recreated.
     let configmaps: Api<ConfigMap> = ns.api();
     let edit = json!({"data": {"settings.json": "{\"max_batch_size\": 1}"}});
-    configmaps.patch("smol-settings", &PatchParams::default(), &Patch::Merge(&edit)).await.expect("edit settings");
+    configmaps
+        .patch("smol-settings", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("edit settings");
     ns.api::<Service>().delete("smol", &DeleteParams::default()).await.expect("delete service");
     eventually(30, "the settings edit to be reverted and the Service recreated", || {
         let (configmaps, services) = (configmaps.clone(), ns.api::<Service>());
@@ -179,7 +195,12 @@ async fn deleting_the_inferenceservice_removes_its_children() {
     wait_ready(&ns, "smol", &op).await;
     ns.isvcs().delete("smol", &DeleteParams::foreground()).await.expect("delete");
     eventually(60, "the garbage collector to remove the children", || {
-        let (d, s, c, p) = (ns.api::<Deployment>(), ns.api::<Service>(), ns.api::<ConfigMap>(), ns.api::<PodDisruptionBudget>());
+        let (d, s, c, p) = (
+            ns.api::<Deployment>(),
+            ns.api::<Service>(),
+            ns.api::<ConfigMap>(),
+            ns.api::<PodDisruptionBudget>(),
+        );
         async move {
             let gone = d.get_opt("smol").await.ok()?.is_none()
                 && s.get_opt("smol").await.ok()?.is_none()
@@ -302,7 +323,10 @@ async fn the_samples_run_under_kwok() {
     let nodes: Api<Node> = Api::all(ns.admin.clone());
     for node in nodes.list(&ListParams::default()).await.expect("nodes").items {
         let label = json!({"metadata": {"labels": {"pacer.dev/pool": "inference"}}});
-        nodes.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&label)).await.expect("label node");
+        nodes
+            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .expect("label node");
     }
 
     let op = ns.operator("only");

@@ -28,7 +28,11 @@ fn merge(base: &mut Value, patch: &Value) {
 async fn invalid_inferenceservices_are_rejected_with_their_messages() {
     let ns = TestNs::new("validation").await;
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("min above max", json!({"spec": {"replicas": {"min": 3, "max": 2}}}), "replicas.min must not exceed replicas.max"),
+        (
+            "min above max",
+            json!({"spec": {"replicas": {"min": 3, "max": 2}}}),
+            "replicas.min must not exceed replicas.max",
+        ),
         (
             "initial batch size outside its range",
             json!({"spec": {"batching": {"maxBatchSize": {"min": 1, "max": 32, "initial": 64}}}}),
@@ -40,7 +44,11 @@ async fn invalid_inferenceservices_are_rejected_with_their_messages() {
             "batching.batchWaitMs.min must not exceed batching.batchWaitMs.max",
         ),
         ("zero TTFT target", json!({"spec": {"sla": {"ttftMs": 0}}}), "spec.sla.ttftMs"),
-        ("unknown tier", json!({"spec": {"quantization": {"allowedTiers": ["q2_k"]}}}), "Unsupported value: \"q2_k\""),
+        (
+            "unknown tier",
+            json!({"spec": {"quantization": {"allowedTiers": ["q2_k"]}}}),
+            "Unsupported value: \"q2_k\"",
+        ),
         (
             "preferred tier not allowed",
             json!({"spec": {"quantization": {"allowedTiers": ["native"], "preferredTier": "q4_0"}}}),
@@ -56,7 +64,11 @@ async fn invalid_inferenceservices_are_rejected_with_their_messages() {
             json!({"spec": {"model": {"source": {"pvc": {"claimName": "models", "path": "m.gguf"}}}}}),
             "model.source must set exactly one of pvc, image or url",
         ),
-        ("no model source", json!({"spec": {"model": {"source": {"url": null}}}}), "model.source must set exactly one"),
+        (
+            "no model source",
+            json!({"spec": {"model": {"source": {"url": null}}}}),
+            "model.source must set exactly one",
+        ),
         (
             "digest not hex",
             json!({"spec": {"model": {"source": {"url": {"sha256": "not-a-digest"}}}}}),
@@ -72,8 +84,16 @@ async fn invalid_inferenceservices_are_rejected_with_their_messages() {
             json!({"spec": {"model": {"source": {"url": null, "pvc": {"claimName": "models", "path": "/etc/passwd"}}}}}),
             "model.source.pvc.path must be relative to the volume",
         ),
-        ("percentile of 100", json!({"spec": {"sla": {"percentile": 100}}}), "sla.percentile must be at least 50 and below 100"),
-        ("window too short", json!({"spec": {"sla": {"window": "10s"}}}), "sla.window must be between 30s and 24h"),
+        (
+            "percentile of 100",
+            json!({"spec": {"sla": {"percentile": 100}}}),
+            "sla.percentile must be at least 50 and below 100",
+        ),
+        (
+            "window too short",
+            json!({"spec": {"sla": {"window": "10s"}}}),
+            "sla.window must be between 30s and 24h",
+        ),
         (
             "evaluation too frequent",
             json!({"spec": {"policy": {"evaluationInterval": "1s"}}}),
@@ -111,13 +131,22 @@ async fn invalid_inferenceservices_are_rejected_with_their_messages() {
             Ok(_) => failures.push(format!("{what}: accepted")),
             Err(kube::Error::Api(status)) => {
                 if status.code != 422 || !status.message.contains(want) {
-                    failures.push(format!("{what}: {} {:?} does not contain {want:?}", status.code, status.message));
+                    failures.push(format!(
+                        "{what}: {} {:?} does not contain {want:?}",
+                        status.code, status.message
+                    ));
                 }
             }
             Err(e) => failures.push(format!("{what}: {e}")),
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 #[tokio::test]

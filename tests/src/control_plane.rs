@@ -70,7 +70,10 @@ pub fn bin_dir() -> PathBuf {
 }
 
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free loopback port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
 }
 
 impl Cluster {
@@ -92,7 +95,13 @@ impl Cluster {
         } else {
             Some(dir)
         };
-        let mut cluster = Cluster { server: String::new(), processes: Vec::new(), workloads, _cleanup: cleanup, root: root.clone() };
+        let mut cluster = Cluster {
+            server: String::new(),
+            processes: Vec::new(),
+            workloads,
+            _cleanup: cleanup,
+            root: root.clone(),
+        };
         let path = |name: &str| root.join(name);
 
         let tokens: String = USERS
@@ -209,10 +218,16 @@ impl Cluster {
 
     /// A component's error lines (klog `E`/`F`) and its last lines, for failure messages.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
-        let text = std::fs::read_to_string(self.root.as_path().join(format!("{name}.log"))).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.root.as_path().join(format!("{name}.log"))).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
-        let errors: Vec<&str> = all.iter().copied().filter(|l| l.starts_with('E') || l.starts_with('F')).take(20).collect();
-        format!("errors:\n{}\nlast lines:\n{}", errors.join("\n"), all[all.len().saturating_sub(lines)..].join("\n"))
+        let errors: Vec<&str> =
+            all.iter().copied().filter(|l| l.starts_with('E') || l.starts_with('F')).take(20).collect();
+        format!(
+            "errors:\n{}\nlast lines:\n{}",
+            errors.join("\n"),
+            all[all.len().saturating_sub(lines)..].join("\n")
+        )
     }
 
     async fn wait_ready(&mut self) {
@@ -230,7 +245,11 @@ impl Cluster {
             {
                 return;
             }
-            assert!(Instant::now() < deadline, "kube-apiserver not ready:\n{}", self.log_tail("kube-apiserver", 40));
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready:\n{}",
+                self.log_tail("kube-apiserver", 40)
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -280,8 +299,9 @@ impl Cluster {
 
     async fn try_client(&self, token: &str) -> Result<Client, String> {
         let kubeconfig = Kubeconfig::read_from(self.kubeconfig(token)).map_err(|e| e.to_string())?;
-        let config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.map_err(|e| e.to_string())?;
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
         Client::try_from(config).map_err(|e| e.to_string())
     }
 

@@ -111,9 +111,10 @@ pub async fn create_nodes(client: &Client, n: usize) {
                 .items
                 .iter()
                 .filter(|n| {
-                    n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                        c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                    })
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
                 })
                 .count();
             (ready >= n).then_some(())

@@ -19,17 +19,21 @@ mod process;
 pub use control_plane::{Cluster, Workloads, bin_dir};
 pub use process::OperatorProcess;
 
-use kube::api::{Api, PostParams};
-use kube::Client;
 use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, PostParams};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Creates a namespace named `<prefix>-<n>` (unique within this process) and returns its name.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let name = format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.expect("create namespace");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("namespace");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
     name
 }
 

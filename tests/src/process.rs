@@ -17,7 +17,13 @@ pub struct OperatorProcess {
 impl OperatorProcess {
     /// Starts `bin run` with `kubeconfig`, watching `namespace`, electing a leader on the Lease
     /// `pacer-operator` in that namespace as `identity`.
-    pub fn start(bin: &Path, kubeconfig: &Path, namespace: &str, identity: &str, log_dir: &Path) -> OperatorProcess {
+    pub fn start(
+        bin: &Path,
+        kubeconfig: &Path,
+        namespace: &str,
+        identity: &str,
+        log_dir: &Path,
+    ) -> OperatorProcess {
         let port = free_port();
         let log = log_dir.join(format!("operator-{namespace}-{identity}.log"));
         let out = std::fs::File::create(&log).expect("operator log");
@@ -34,7 +40,10 @@ impl OperatorProcess {
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
             .arg("--lease-duration=4")
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", std::env::var("PACER_OPERATOR_LOG").unwrap_or_else(|_| "info,pacer_operator=debug".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("PACER_OPERATOR_LOG").unwrap_or_else(|_| "info,pacer_operator=debug".into()),
+            )
             .stdin(Stdio::piped())
             .stdout(out)
             .stderr(err)
@@ -58,11 +67,24 @@ impl OperatorProcess {
         Some(
             text.lines()
                 .filter(|l| !l.starts_with('#'))
-                .filter(|l| l.starts_with(name) && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{')))
+                .filter(|l| {
+                    l.starts_with(name)
+                        && (l[name.len()..].starts_with(' ') || l[name.len()..].starts_with('{'))
+                })
                 .filter(|l| l.contains(labels))
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum(),
         )
+    }
+
+    /// The operator's own process id (the child of its watchdog shell).
+    pub fn pid(&self) -> u32 {
+        let Some(child) = &self.child else { return 0 };
+        let shell = child.id();
+        std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+            .ok()
+            .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+            .unwrap_or(shell)
     }
 
     /// The log so far.

@@ -52,9 +52,7 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
 
     let mut pod_labels = labels(isvc);
     pod_labels.insert(TIER_LABEL.to_string(), levers.tier.to_string());
-    let probe = |path: &str, period: i64, failures: i64| {
-        json!({"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures})
-    };
+    let probe = |path: &str, period: i64, failures: i64| json!({"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures});
     let mut container = json!({
         "name": ENGINE_CONTAINER,
         "image": engine.image,
@@ -140,7 +138,11 @@ fn model_volume(isvc: &InferenceService) -> (Value, String, Value) {
     let Some(url) = url else {
         // The CEL rule guarantees exactly one source; an emptyDir keeps the pod well-formed and
         // the engine reports the missing file clearly should an old CRD have let this through.
-        return (json!({"name": "model", "emptyDir": {}}), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), json!([]));
+        return (
+            json!({"name": "model", "emptyDir": {}}),
+            format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"),
+            json!([]),
+        );
     };
     // Download once per pod into an emptyDir, verify, then rename: a partial or corrupt file
     // never reaches the engine, and a restarted init container resumes from scratch.
@@ -216,7 +218,9 @@ mod tests {
         let pod = spec.template.spec.expect("pod");
         let c = &pod.containers[0];
         let args = c.args.clone().expect("args");
-        for want in ["--tier=q4_0", "--max-batch-size=8", "--batch-wait-ms=3", "--model=/models/smol/model.gguf"] {
+        for want in
+            ["--tier=q4_0", "--max-batch-size=8", "--batch-wait-ms=3", "--model=/models/smol/model.gguf"]
+        {
             assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
         }
         assert!(args.iter().any(|a| a == "--served-model-name=smol"));
@@ -226,7 +230,9 @@ mod tests {
         assert_eq!(live.path.as_deref(), Some("/health"));
         let pre_stop = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).expect("preStop");
         assert_eq!(pre_stop.sleep.as_ref().map(|s| s.seconds), Some(PRE_STOP_SLEEP_SECONDS));
-        assert!(pod.termination_grace_period_seconds.expect("grace") > DRAIN_SECONDS + PRE_STOP_SLEEP_SECONDS);
+        assert!(
+            pod.termination_grace_period_seconds.expect("grace") > DRAIN_SECONDS + PRE_STOP_SLEEP_SECONDS
+        );
         let sc = c.security_context.as_ref().expect("securityContext");
         assert_eq!(sc.run_as_non_root, Some(true));
         assert_eq!(sc.read_only_root_filesystem, Some(true));
@@ -237,7 +243,10 @@ mod tests {
         assert_eq!(labels[TIER_LABEL], "q4_0");
         assert_eq!(labels[pacer_crds::INFERENCESERVICE_LABEL], "smol");
         let rolling = spec.strategy.and_then(|s| s.rolling_update).expect("rolling update");
-        assert_eq!(rolling.max_unavailable, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0)));
+        assert_eq!(
+            rolling.max_unavailable,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0))
+        );
     }
 
     #[test]

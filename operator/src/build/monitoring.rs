@@ -43,16 +43,17 @@ pub fn pdb(isvc: &InferenceService) -> PodDisruptionBudget {
 
 /// The Prometheus Operator's PodMonitor kind.
 pub fn pod_monitor_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PodMonitor"), "podmonitors")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PodMonitor"),
+        "podmonitors",
+    )
 }
 
 /// A PodMonitor scraping the engines' `/metrics`, relabelling the pod label
 /// `serving.pacer.dev/inferenceservice` to `inferenceservice` (and keeping namespace and pod).
 pub fn pod_monitor(isvc: &InferenceService) -> DynamicObject {
-    let label_meta = format!(
-        "__meta_kubernetes_pod_label_{}",
-        INFERENCESERVICE_LABEL.replace(['.', '/', '-'], "_")
-    );
+    let label_meta =
+        format!("__meta_kubernetes_pod_label_{}", INFERENCESERVICE_LABEL.replace(['.', '/', '-'], "_"));
     let mut obj = DynamicObject::new(&isvc.name_any(), &pod_monitor_resource());
     obj.metadata = child_meta(isvc, isvc.name_any());
     obj.data = json!({
@@ -92,7 +93,10 @@ mod tests {
     fn pod_monitor_relabels_the_inferenceservice_label() {
         let pm = pod_monitor(&fixtures::isvc());
         let relabel = &pm.data["spec"]["podMetricsEndpoints"][0]["relabelings"][0];
-        assert_eq!(relabel["sourceLabels"][0], "__meta_kubernetes_pod_label_serving_pacer_dev_inferenceservice");
+        assert_eq!(
+            relabel["sourceLabels"][0],
+            "__meta_kubernetes_pod_label_serving_pacer_dev_inferenceservice"
+        );
         assert_eq!(relabel["targetLabel"], "inferenceservice");
         assert_eq!(pm.types.as_ref().map(|t| t.kind.as_str()), Some("PodMonitor"));
     }

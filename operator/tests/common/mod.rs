@@ -55,7 +55,8 @@ pub async fn install_crd(admin: &Client) {
         let crds = crds.clone();
         async move {
             let crd = crds.get("inferenceservices.serving.pacer.dev").await.ok()?;
-            let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+            let established =
+                crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
             established.then_some(())
         }
     })
@@ -147,5 +148,8 @@ pub fn isvc_doc(name: &str) -> serde_json::Value {
 }
 
 pub fn pod_monitor_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PodMonitor"), "podmonitors")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PodMonitor"),
+        "podmonitors",
+    )
 }
