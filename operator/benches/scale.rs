@@ -91,6 +91,8 @@ async fn run(n: usize) {
             let mut doc = isvc_doc(&format!("svc-{i:04}"));
             doc["spec"]["policy"] =
                 serde_json::json!({"evaluationInterval": format!("{EVALUATION_INTERVAL_S}s")});
+            // Small requests, so that the fake nodes' capacity never limits the count.
+            doc["spec"]["engine"] = serde_json::json!({"resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}});
             ns.create(doc)
         });
         futures::future::join_all(creates).await;
@@ -143,4 +145,8 @@ async fn run(n: usize) {
         rss_after / 1024.0,
         (rss_after - rss_before) / n as f64,
     );
+    drop(op);
+    // Free the fake nodes for the next count.
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(ns.admin.clone());
+    let _ = namespaces.delete(&ns.name, &Default::default()).await;
 }
