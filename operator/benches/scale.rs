@@ -92,7 +92,8 @@ async fn run(n: usize) {
             doc["spec"]["policy"] =
                 serde_json::json!({"evaluationInterval": format!("{EVALUATION_INTERVAL_S}s")});
             // Small requests, so that the fake nodes' capacity never limits the count.
-            doc["spec"]["engine"] = serde_json::json!({"resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}});
+            doc["spec"]["engine"] =
+                serde_json::json!({"resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}});
             ns.create(doc)
         });
         futures::future::join_all(creates).await;
