@@ -18,7 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use pacer_crds::{InferenceService, conditions};
@@ -169,8 +169,6 @@ where
     let stream = reflector(writer, watcher(api, config).default_backoff()).touched_objects();
     (reader, stream)
 }
-
-use kube::runtime::reflector::reflector;
 
 async fn pod_monitor_served(client: &Client) -> bool {
     match client.list_api_group_resources("monitoring.coreos.com/v1").await {
