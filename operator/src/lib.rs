@@ -7,6 +7,7 @@
 //! - [`apply`]: server-side apply of what drifted, nothing for what did not.
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
+//! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
 
@@ -15,6 +16,7 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
+pub mod planner;
 pub mod status;
 pub mod telemetry;
 

@@ -10,9 +10,10 @@ pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, settings_json};
 pub use deployment::{ENGINE_CONTAINER, HTTP_PORT, deployment};
 pub use monitoring::{pdb, pod_monitor, pod_monitor_resource, service};
 
+pub use crate::planner::Levers;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
-use pacer_crds::{INFERENCESERVICE_LABEL, InferenceService, Tier, parse_duration};
+use pacer_crds::{INFERENCESERVICE_LABEL, InferenceService, parse_duration};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -25,61 +26,6 @@ pub const TIER_LABEL: &str = "serving.pacer.dev/tier";
 /// Longest `InferenceService` name: it names a Service (a DNS-1035 label, ≤ 63) and suffixed
 /// children such as `<name>-settings`.
 pub const MAX_NAME_LEN: usize = 52;
-
-/// The values of the three levers the children are built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Levers {
-    /// Engine replicas.
-    pub replicas: i32,
-    /// The engines' live `max_batch_size`.
-    pub max_batch_size: u32,
-    /// The engines' live `batch_wait_ms`.
-    pub batch_wait_ms: u32,
-    /// The weights' tier of the pod template.
-    pub tier: Tier,
-}
-
-impl Levers {
-    /// The levers a new InferenceService starts with: minimum replicas, the initial batch
-    /// settings and the preferred tier.
-    pub fn initial(isvc: &InferenceService) -> Levers {
-        let s = &isvc.spec;
-        Levers {
-            replicas: s.replicas.min,
-            max_batch_size: s.batching.max_batch_size.initial,
-            batch_wait_ms: s.batching.batch_wait_ms.initial,
-            tier: s.quantization.preferred(),
-        }
-    }
-
-    /// The levers the operator last decided (kept in status), brought inside the spec's current
-    /// ranges: after a spec edit narrows a range, the nearest allowed value; without a status,
-    /// the initial values.
-    pub fn current(isvc: &InferenceService) -> Levers {
-        let initial = Levers::initial(isvc);
-        let Some(status) = &isvc.status else { return initial };
-        let s = &isvc.spec;
-        let tier = status
-            .tier
-            .as_deref()
-            .and_then(|t| s.quantization.allowed_tiers.iter().copied().find(|a| a.as_str() == t))
-            // Without degrading allowed, only the preferred tier runs.
-            .filter(|t| s.quantization.allow_degrade || *t == initial.tier)
-            .unwrap_or(initial.tier);
-        Levers {
-            replicas: status.replicas.unwrap_or(initial.replicas).clamp(s.replicas.min, s.replicas.max),
-            max_batch_size: status
-                .max_batch_size
-                .unwrap_or(initial.max_batch_size)
-                .clamp(s.batching.max_batch_size.min, s.batching.max_batch_size.max),
-            batch_wait_ms: status
-                .batch_wait_ms
-                .unwrap_or(initial.batch_wait_ms)
-                .clamp(s.batching.batch_wait_ms.min, s.batching.batch_wait_ms.max),
-            tier,
-        }
-    }
-}
 
 /// Why a spec that passed the schema cannot be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -200,7 +146,7 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pacer_crds::InferenceServiceStatus;
+    use pacer_crds::{InferenceServiceStatus, Tier};
 
     #[test]
     fn levers_start_at_the_initial_values() {

@@ -1,0 +1,141 @@
+//! What the planner sees of one InferenceService at one tick: windowed latency percentiles with
+//! their sample counts, request and token rates, scheduler state and replica counts. Missing,
+//! stale and too-thin data are explicit states, never zeros.
+
+use serde::{Deserialize, Serialize};
+
+/// Seconds on the clock the caller keeps (wall time in the operator, virtual time in the
+/// simulator). The planner never reads a clock; it only compares these.
+pub type Seconds = f64;
+
+/// One windowed percentile of a latency histogram.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Quantile {
+    /// Enough observations in the window: the percentile, in seconds, and how many
+    /// observations it rests on.
+    Value {
+        /// The percentile, in seconds.
+        seconds: f64,
+        /// Observations in the window (the histogram count increase).
+        samples: f64,
+    },
+    /// The series exist but hold fewer observations than [`MIN_SAMPLES`]: a P95 of three
+    /// requests is not a signal.
+    TooFewSamples {
+        /// Observations in the window.
+        samples: f64,
+    },
+    /// No series, or the value is NaN/infinite.
+    Missing,
+}
+
+/// Fewest observations in the window for a percentile to count as a signal.
+pub const MIN_SAMPLES: f64 = 20.0;
+
+impl Quantile {
+    /// Classifies a computed percentile and its sample count.
+    pub fn from_parts(seconds: Option<f64>, samples: Option<f64>) -> Quantile {
+        match (seconds, samples) {
+            (_, Some(n)) if n.is_finite() && n < MIN_SAMPLES => {
+                Quantile::TooFewSamples { samples: n.max(0.0) }
+            }
+            (Some(s), Some(n)) if s.is_finite() && s >= 0.0 && n.is_finite() => {
+                Quantile::Value { seconds: s, samples: n }
+            }
+            _ => Quantile::Missing,
+        }
+    }
+
+    /// The percentile in seconds when it is a signal.
+    pub fn seconds(&self) -> Option<f64> {
+        match self {
+            Quantile::Value { seconds, .. } => Some(*seconds),
+            _ => None,
+        }
+    }
+
+    /// Observations in the window, when known.
+    pub fn samples(&self) -> Option<f64> {
+        match self {
+            Quantile::Value { samples, .. } | Quantile::TooFewSamples { samples } => Some(*samples),
+            Quantile::Missing => None,
+        }
+    }
+}
+
+/// Whether the metrics behind an observation can be trusted at all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Freshness {
+    /// The source answered and the newest samples are recent.
+    Fresh,
+    /// The source answered, but the newest sample is older than the source's staleness bound.
+    Stale {
+        /// Age of the newest sample, in seconds.
+        age: f64,
+    },
+    /// The source did not answer, or had no series for this service.
+    Missing {
+        /// Why, for the condition message.
+        reason: String,
+    },
+}
+
+/// Metrics of one InferenceService over the SLA window (rates over the source's rate window).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceMetrics {
+    /// Time to first token at the SLA percentile.
+    pub ttft: Quantile,
+    /// Inter-token latency at the SLA percentile.
+    pub itl: Quantile,
+    /// End-to-end request latency at the SLA percentile.
+    pub e2e: Quantile,
+    /// Finished requests per second.
+    pub request_rate: Option<f64>,
+    /// Prompt tokens per second.
+    pub prompt_token_rate: Option<f64>,
+    /// Generated tokens per second.
+    pub output_token_rate: Option<f64>,
+    /// Sequences in running batches, summed over replicas.
+    pub running: Option<f64>,
+    /// Requests waiting for a batch slot, summed over replicas.
+    pub waiting: Option<f64>,
+    /// Mean KV-cache usage over replicas, 0..1.
+    pub kv_usage: Option<f64>,
+    /// Engine replicas reporting metrics.
+    pub reporting_replicas: Option<f64>,
+}
+
+impl ServiceMetrics {
+    /// Nothing known.
+    pub fn missing() -> ServiceMetrics {
+        ServiceMetrics {
+            ttft: Quantile::Missing,
+            itl: Quantile::Missing,
+            e2e: Quantile::Missing,
+            request_rate: None,
+            prompt_token_rate: None,
+            output_token_rate: None,
+            running: None,
+            waiting: None,
+            kv_usage: None,
+            reporting_replicas: None,
+        }
+    }
+}
+
+/// Everything the planner sees at one tick.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// When the metrics were evaluated.
+    pub at: Seconds,
+    /// Whether the metrics are usable at all.
+    pub freshness: Freshness,
+    /// The metrics (all `Missing`/`None` when `freshness` is `Missing`).
+    pub metrics: ServiceMetrics,
+    /// Replicas that are ready and run the current pod template.
+    pub ready_replicas: i32,
+    /// Replicas that exist (ready or starting), the Deployment's desired count when acting.
+    pub desired_replicas: i32,
+}

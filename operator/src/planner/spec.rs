@@ -1,0 +1,82 @@
+//! The part of an InferenceService spec the planner reads, in the units it computes with, so the
+//! simulator and local mode can build one without a Kubernetes object.
+
+use pacer_crds::{InferenceServiceSpec, PolicyMode, Tier, parse_duration};
+use serde::{Deserialize, Serialize};
+
+/// Targets, ranges and policy, with durations in seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannerSpec {
+    /// The SLA percentile, e.g. 95.
+    pub percentile: f64,
+    /// Target time to first token, seconds.
+    pub ttft_target: f64,
+    /// Target inter-token latency, seconds.
+    pub itl_target: f64,
+    /// Optional target end-to-end latency, seconds.
+    pub e2e_target: Option<f64>,
+    /// The window percentiles are computed over, seconds.
+    pub window: f64,
+    /// Fewest replicas.
+    pub min_replicas: i32,
+    /// Most replicas.
+    pub max_replicas: i32,
+    /// Range of `max_batch_size`.
+    pub batch_min: u32,
+    /// Range of `max_batch_size`.
+    pub batch_max: u32,
+    /// The `max_batch_size` the user chose as the default.
+    pub batch_initial: u32,
+    /// Allowed tiers, most precise first.
+    pub tiers: Vec<Tier>,
+    /// The tier to run while the SLA holds.
+    pub preferred_tier: Tier,
+    /// Whether a faster, less precise tier may be used at max replicas.
+    pub allow_degrade: bool,
+    /// Whether decisions are applied.
+    pub enforce: bool,
+    /// Seconds between evaluations.
+    pub evaluation_interval: f64,
+    /// Seconds a violation must last before capacity is added.
+    pub scale_up_stabilization: f64,
+    /// Seconds headroom must last before capacity or precision is given back.
+    pub scale_down_stabilization: f64,
+}
+
+impl PlannerSpec {
+    /// Reads the planner's view of `spec`; durations the schema would refuse fall back to
+    /// their defaults (the controller refuses such specs before the planner runs).
+    pub fn from_spec(spec: &InferenceServiceSpec) -> PlannerSpec {
+        let secs = |text: &str, default: f64| parse_duration(text).map_or(default, |d| d.as_secs_f64());
+        let p = &spec.policy;
+        PlannerSpec {
+            percentile: spec.sla.percentile,
+            ttft_target: f64::from(spec.sla.ttft_ms) / 1000.0,
+            itl_target: f64::from(spec.sla.itl_ms) / 1000.0,
+            e2e_target: spec.sla.e2e_ms.map(|ms| f64::from(ms) / 1000.0),
+            window: secs(&spec.sla.window, 300.0),
+            min_replicas: spec.replicas.min,
+            max_replicas: spec.replicas.max,
+            batch_min: spec.batching.max_batch_size.min,
+            batch_max: spec.batching.max_batch_size.max,
+            batch_initial: spec.batching.max_batch_size.initial,
+            tiers: spec.quantization.allowed_tiers.clone(),
+            preferred_tier: spec.quantization.preferred(),
+            allow_degrade: spec.quantization.allow_degrade,
+            enforce: p.mode == PolicyMode::Enforce,
+            evaluation_interval: secs(&p.evaluation_interval, 30.0),
+            scale_up_stabilization: secs(&p.scale_up_stabilization, 60.0),
+            scale_down_stabilization: secs(&p.scale_down_stabilization, 300.0),
+        }
+    }
+
+    /// The SLA percentile as a quantile in 0..1.
+    pub fn quantile(&self) -> f64 {
+        self.percentile / 100.0
+    }
+
+    /// Position of `tier` in the allowed list (0 = most precise), if allowed.
+    pub fn tier_rank(&self, tier: Tier) -> Option<usize> {
+        self.tiers.iter().position(|t| *t == tier)
+    }
+}
