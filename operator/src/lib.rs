@@ -7,6 +7,8 @@
 //! - [`apply`]: server-side apply of what drifted, nothing for what did not.
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
+//! - [`metrics_source`]: the planner's observations from Prometheus (PromQL), and histogram
+//!   maths for local mode's scraper.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
@@ -16,6 +18,7 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
+pub mod metrics_source;
 pub mod planner;
 pub mod status;
 pub mod telemetry;
