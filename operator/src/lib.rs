@@ -9,6 +9,8 @@
 //! - [`leader`]: Lease-based leader election.
 //! - [`metrics_source`]: the planner's observations from Prometheus (PromQL), and histogram
 //!   maths for local mode's scraper.
+//! - [`observer`]: the task that refreshes them for every InferenceService, once per tick.
+//! - [`sla`]: the planner inside a reconcile.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
@@ -19,7 +21,9 @@ pub mod controller;
 pub mod error;
 pub mod leader;
 pub mod metrics_source;
+pub mod observer;
 pub mod planner;
+pub mod sla;
 pub mod status;
 pub mod telemetry;
 
