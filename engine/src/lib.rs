@@ -7,6 +7,8 @@
 //! - [`generate`]: the per-sequence generation state machine and a simple batch driver.
 //! - [`scheduler`]: continuous batching, an actor that owns the model and the KV cache.
 //! - [`server`]: the OpenAI-compatible HTTP API, metrics ([`metrics`]), health and drain.
+//! - [`bench`], [`profile`]: throughput figures, and the step-time and quality profile the
+//!   operator's planner reads.
 #![deny(unsafe_code)]
 
 pub mod bench;
@@ -16,6 +18,7 @@ pub mod generate;
 pub mod kernels;
 pub mod metrics;
 pub mod model;
+pub mod profile;
 pub mod sampling;
 pub mod scheduler;
 pub mod server;

@@ -4,6 +4,7 @@
 //! - `info`: print the model's metadata, sizes and available tiers.
 //! - `bench`: measure prefill and batched decode throughput at one tier.
 //! - `serve`: the OpenAI-compatible server with continuous batching and Prometheus metrics.
+//! - `profile`: step times and quality at one tier, as the engine profile the planner reads.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -11,6 +12,7 @@ use pacer_engine::bench::{self, BenchPlan};
 use pacer_engine::chat::ChatMessage;
 use pacer_engine::generate::{GenerateRequest, Sequence, run_to_completion};
 use pacer_engine::model::{BLOCK_TOKENS, KvCache, Model, read_content};
+use pacer_engine::profile::{self, ProfilePlan, Progress};
 use pacer_engine::sampling::SamplingParams;
 use pacer_engine::{LoadedModel, Tier, Tokenizer, threads};
 use std::io::Write;
@@ -42,6 +44,20 @@ enum Command {
     Bench(BenchArgs),
     /// Serve the OpenAI-compatible API with continuous batching.
     Serve(ServeArgs),
+    /// Measure step times and quality at one tier into an engine profile (JSON).
+    Profile(ProfileArgs),
+}
+
+#[derive(Args, Debug)]
+struct ProfileArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// File to write the profile to (JSON, schema 1).
+    #[arg(long, env = "PACER_PROFILE_OUT")]
+    out: PathBuf,
+    /// A small grid and a short quality text, for tests; too coarse to plan with.
+    #[arg(long, env = "PACER_PROFILE_QUICK")]
+    quick: bool,
 }
 
 #[derive(Args, Debug)]
@@ -203,6 +219,7 @@ fn main() -> Result<()> {
         Command::Info(args) => info(args),
         Command::Bench(args) => bench_cmd(args),
         Command::Serve(args) => serve(args),
+        Command::Profile(args) => profile_cmd(args),
     }
 }
 
@@ -400,6 +417,101 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
             println!("{:<8} {:>5}  {:>9.1} tok/s", f.phase, f.size, f.tokens_per_second);
         }
     }
+    Ok(())
+}
+
+fn profile_cmd(args: ProfileArgs) -> Result<()> {
+    let ProfileArgs { model: margs, out, quick } = args;
+    let path = margs.model_path()?;
+    if !path.is_file() {
+        bail!("model file {} does not exist", path.display());
+    }
+    // Fail on an unwritable destination now, not after minutes of measuring.
+    let file = std::fs::File::create(&out)
+        .with_context(|| format!("cannot write the profile to {}", out.display()))?;
+    let threads = margs.init_threads();
+    let plan = if quick { ProfilePlan::quick() } else { ProfilePlan::full() };
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_message(format!("loading {} at {}", path.display(), margs.tier));
+    let result = profile::profile(&path, margs.tier, threads, &plan, |p| match p {
+        Progress::Loaded { steps, positions } => {
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} profile {msg} [{bar:30}] {pos}/{len} {elapsed}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_length((steps + positions) as u64);
+            bar.set_message("steps");
+        }
+        Progress::Step(s) => {
+            bar.set_message(format!("rows {} prefill {}", s.decode_rows, s.prefill_tokens));
+            bar.inc(1);
+        }
+        Progress::LoadingReference => bar.set_message(format!("loading {}", profile::REFERENCE_TIER)),
+        Progress::Position => {
+            bar.set_message(format!("quality vs {}", profile::REFERENCE_TIER));
+            bar.inc(1);
+        }
+    });
+    bar.finish_and_clear();
+    let (profile, fit) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            drop(file);
+            let _ = std::fs::remove_file(&out);
+            return Err(e.into());
+        }
+    };
+    let mut writer = std::io::BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut writer, &profile)?;
+    writeln!(writer)?;
+    writer.flush().with_context(|| format!("writing {}", out.display()))?;
+
+    let ms = |s: f64| s * 1e3;
+    let m = &profile.step;
+    println!(
+        "{} at {} on {} thread(s), {} | load {:.0} ms, warm-up {:.0} ms",
+        profile.model,
+        profile.tier,
+        profile.threads,
+        profile.device,
+        ms(profile.load_seconds),
+        ms(profile.warmup_seconds)
+    );
+    println!(
+        "step = {:.3} ms + {:.4} ms/decode row + {:.4} ms/prefill token + {:.6} ms/context token",
+        ms(m.base_s),
+        ms(m.per_decode_row_s),
+        ms(m.per_prefill_token_s),
+        ms(m.per_context_token_s)
+    );
+    println!(
+        "fit over {} steps: mean relative error {:.1} %, max {:.1} %",
+        profile.samples.len(),
+        fit.mean_relative_error * 100.0,
+        fit.max_relative_error * 100.0
+    );
+    println!("{:>5} {:>8} {:>8} {:>10} {:>10}", "rows", "prefill", "context", "measured", "fitted");
+    for s in &profile.samples {
+        println!(
+            "{:>5} {:>8} {:>8} {:>7.2} ms {:>7.2} ms",
+            s.decode_rows,
+            s.prefill_tokens,
+            s.context_tokens,
+            ms(s.seconds),
+            ms(m.predict(s))
+        );
+    }
+    let q = &profile.quality;
+    println!(
+        "quality vs {} over {} positions: top-1 agreement {:.1} %, mean KL {:.4} nats",
+        q.reference_tier,
+        q.tokens,
+        q.top1_agreement * 100.0,
+        q.mean_kl
+    );
+    eprintln!("wrote {}", out.display());
     Ok(())
 }
 
