@@ -8,6 +8,10 @@
 //! exits for any reason: each process runs under a watchdog that kills it once the test
 //! process's end of a pipe closes, which the kernel does even after a panic or a kill.
 //!
+//! [`Prometheus::start`] runs a real Prometheus (built by `scripts/build-prometheus.sh`) that
+//! scrapes [`EngineProcess`]es or [`StaticMetrics`] through file service discovery, relabelled
+//! as a Kubernetes pod scrape would be.
+//!
 //! Two identities: an admin (`system:masters`) for setting up, and `pacer-operator`, which holds
 //! only what `config/rbac/clusterrole.yaml` grants, so the operator's RBAC is tested for real.
 #![forbid(unsafe_code)]
@@ -15,9 +19,14 @@
 mod control_plane;
 mod kwok;
 mod process;
+mod prometheus;
 
 pub use control_plane::{Cluster, Workloads, bin_dir};
 pub use process::OperatorProcess;
+pub use prometheus::{
+    EngineProcess, KUBERNETES_RELABELING, Prometheus, ScrapeTarget, Series, StaticMetrics, engine_bin,
+    prometheus_bin_dir,
+};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
