@@ -119,6 +119,11 @@ impl EngineMetrics {
         )
         .unwrap_or_else(|e| panic!("success: {e}"));
         r.register(Box::new(success.clone())).unwrap_or_else(|e| panic!("register success: {e}"));
+        // Every finish reason exists from the start at 0, as vLLM's do: an idle engine then
+        // reports a request rate of 0, not no rate, and `increase()` counts the first request.
+        for reason in ["stop", "length", "abort"] {
+            success.with_label_values(&[m, reason]);
+        }
         let rejected = IntCounterVec::new(
             Opts::new(
                 "pacer_engine_requests_rejected_total",
@@ -279,6 +284,16 @@ mod tests {
             "pacer_engine_info{batch_wait_ms=\"5\",max_batch_size=\"8\",model_name=\"smol\",tier=\"q4_0\"",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_finish_reason_starts_at_zero() {
+        let text = EngineMetrics::new("smol").render();
+        for reason in ["stop", "length", "abort"] {
+            let line =
+                format!("vllm:request_success_total{{finished_reason=\"{reason}\",model_name=\"smol\"}} 0");
+            assert!(text.contains(&line), "missing {line} in\n{text}");
         }
     }
 }

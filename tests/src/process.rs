@@ -24,6 +24,18 @@ impl OperatorProcess {
         identity: &str,
         log_dir: &Path,
     ) -> OperatorProcess {
+        OperatorProcess::start_with(bin, kubeconfig, namespace, identity, log_dir, &[])
+    }
+
+    /// [`OperatorProcess::start`] with `extra` flags for `run` (e.g. `--prometheus-url=...`).
+    pub fn start_with(
+        bin: &Path,
+        kubeconfig: &Path,
+        namespace: &str,
+        identity: &str,
+        log_dir: &Path,
+        extra: &[String],
+    ) -> OperatorProcess {
         let port = free_port();
         let log = log_dir.join(format!("operator-{namespace}-{identity}.log"));
         let out = std::fs::File::create(&log).expect("operator log");
@@ -39,6 +51,7 @@ impl OperatorProcess {
             .arg(format!("--identity={identity}"))
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
             .arg("--lease-duration=4")
+            .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env(
                 "RUST_LOG",

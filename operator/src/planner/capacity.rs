@@ -73,13 +73,18 @@ pub struct CapacityModel {
 }
 
 impl CapacityModel {
-    /// A model from profiles, one per tier (a later profile of the same tier wins; profiles of
-    /// tiers Pacer does not know are ignored).
+    /// A model from profiles. Of several profiles of one tier (other thread counts, other
+    /// machines) the slowest at a batch of 8 is kept: planning for less capacity errs on the
+    /// side of the SLA. Profiles of tiers Pacer does not know are ignored.
     pub fn new(profiles: Vec<EngineProfile>) -> CapacityModel {
-        let mut steps = BTreeMap::new();
+        let mut steps: BTreeMap<Tier, StepModel> = BTreeMap::new();
+        let cost = |s: &StepModel| s.step_seconds(8.0, 0.0, 8.0 * 256.0);
         for p in profiles {
             if let Some(tier) = tier_named(&p.tier) {
-                steps.insert(tier, p.step);
+                let slower = steps.get(&tier).is_none_or(|kept| cost(&p.step) > cost(kept));
+                if slower {
+                    steps.insert(tier, p.step);
+                }
             }
         }
         CapacityModel { steps }

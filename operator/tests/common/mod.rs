@@ -113,6 +113,19 @@ impl TestNs {
         OperatorProcess::start(Path::new(OPERATOR), &c.operator_kubeconfig(), &self.name, identity, c.dir())
     }
 
+    /// [`TestNs::operator`] with extra `run` flags.
+    pub fn operator_with(&self, identity: &str, extra: &[String]) -> OperatorProcess {
+        let c = cluster();
+        OperatorProcess::start_with(
+            Path::new(OPERATOR),
+            &c.operator_kubeconfig(),
+            &self.name,
+            identity,
+            c.dir(),
+            extra,
+        )
+    }
+
     pub fn isvcs(&self) -> Api<InferenceService> {
         Api::namespaced(self.admin.clone(), &self.name)
     }
