@@ -16,6 +16,8 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
+/// Local mode; [`local::validate`] checks its manifests with the CRD's own rules.
+pub mod local;
 pub mod planner;
 pub mod status;
 pub mod telemetry;
