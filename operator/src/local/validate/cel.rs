@@ -112,7 +112,10 @@ fn register_kubernetes_library(ctx: &mut Context<'_, '_>) -> Result<(), cel::Dec
         let url = Url::parse(&s).map_err(|e| {
             function_error(
                 "url",
-                format!("URL parse error during conversion from string: parse {:?}: {e}", s),
+                format!(
+                    "URL parse error during conversion from string: parse {}: {e}",
+                    super::url::go_quote(&s)
+                ),
             )
         })?;
         Ok(Arc::new(UrlValue(url)))
@@ -203,6 +206,12 @@ fn go_error(e: &ExecutionError) -> String {
         ExecutionError::IndexOutOfBounds(i) => format!("index out of bounds: {i:?}"),
         ExecutionError::DivisionByZero(_) => "division by zero".to_string(),
         ExecutionError::Overflow(..) => "integer overflow".to_string(),
+        ExecutionError::FunctionError { function, .. } if function == "duration" => {
+            "type conversion error from 'string' to 'google.protobuf.Duration'".to_string()
+        }
+        ExecutionError::FunctionError { function, .. } if function == "timestamp" => {
+            "type conversion error from 'string' to 'google.protobuf.Timestamp'".to_string()
+        }
         ExecutionError::FunctionError { message, .. } => message.clone(),
         other => other.to_string(),
     }
@@ -216,6 +225,8 @@ pub(super) fn check(value: &Value, node: &Node, path: &str, root: bool, errs: &m
         return;
     }
     if !node.rules.is_empty() {
+        // The API server validates from a nil field path: errors at the root read `<nil>`.
+        let here = if path.is_empty() { "<nil>" } else { path };
         let this = typed(value, Some(node), root);
         let node_type = if root { "object" } else { node.single_type() };
         let shown = match node_type {
@@ -237,7 +248,7 @@ pub(super) fn check(value: &Value, node: &Node, path: &str, root: bool, errs: &m
                 .map(|()| rule.program.execute(&ctx));
             match outcome {
                 Err(setup) => errs.push(invalid(
-                    path.to_string(),
+                    here.to_string(),
                     BadValue::String(node_type.to_string()),
                     format!("rule compiler initialization error: {setup}"),
                 )),
@@ -245,7 +256,7 @@ pub(super) fn check(value: &Value, node: &Node, path: &str, root: bool, errs: &m
                 Ok(Ok(_)) => {
                     let field = match &rule.field_path {
                         Some(p) => format!("{path}{p}"),
-                        None => path.to_string(),
+                        None => here.to_string(),
                     };
                     let detail = rule.message_or_default();
                     errs.push(match rule.reason.as_deref() {
@@ -280,7 +291,7 @@ pub(super) fn check(value: &Value, node: &Node, path: &str, root: bool, errs: &m
                     } else {
                         format!("{go} evaluating rule: {}", rule.error_string())
                     };
-                    errs.push(invalid(path.to_string(), BadValue::String(node_type.to_string()), detail));
+                    errs.push(invalid(here.to_string(), BadValue::String(node_type.to_string()), detail));
                 }
             }
         }

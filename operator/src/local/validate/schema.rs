@@ -483,6 +483,14 @@ fn check_number(value: &Value, n: &serde_json::Number, node: &Node, path: &str, 
             });
         }
     }
+    // `*NativeType`: an integer is compared with the bound truncated to an integer, and the
+    // bound printed as one, when the bound is itself a valid integer; otherwise as floats.
+    let bound = |b: f64| -> (f64, String) {
+        match n.as_i64() {
+            Some(_) if b.fract() == 0.0 && b.abs() < 9.2e18 => (b, format!("{}", b as i64)),
+            _ => (b, go_float(b)),
+        }
+    };
     if let Some(m) = node.multiple_of
         && m > 0.0
         && (data / m).fract() != 0.0
@@ -491,10 +499,10 @@ fn check_number(value: &Value, n: &serde_json::Number, node: &Node, path: &str, 
             kind: ErrorType::Invalid,
             field: path.to_string(),
             bad_value: bad.clone(),
-            detail: format!("{path} in body should be a multiple of {}", go_float(m)),
+            detail: format!("{path} in body should be a multiple of {}", bound(m).1),
         });
     }
-    if let Some(min) = node.minimum {
+    if let Some((min, shown)) = node.minimum.map(bound) {
         let fails = if node.exclusive_minimum { data <= min } else { data < min };
         if fails {
             let op = if node.exclusive_minimum { "greater than" } else { "greater than or equal to" };
@@ -502,11 +510,11 @@ fn check_number(value: &Value, n: &serde_json::Number, node: &Node, path: &str, 
                 kind: ErrorType::Invalid,
                 field: path.to_string(),
                 bad_value: bad.clone(),
-                detail: format!("{path} in body should be {op} {}", go_float(min)),
+                detail: format!("{path} in body should be {op} {shown}"),
             });
         }
     }
-    if let Some(max) = node.maximum {
+    if let Some((max, shown)) = node.maximum.map(bound) {
         let fails = if node.exclusive_maximum { data >= max } else { data > max };
         if fails {
             let op = if node.exclusive_maximum { "less than" } else { "less than or equal to" };
@@ -514,7 +522,7 @@ fn check_number(value: &Value, n: &serde_json::Number, node: &Node, path: &str, 
                 kind: ErrorType::Invalid,
                 field: path.to_string(),
                 bad_value: bad,
-                detail: format!("{path} in body should be {op} {}", go_float(max)),
+                detail: format!("{path} in body should be {op} {shown}"),
             });
         }
     }

@@ -68,7 +68,7 @@ fn schema_errors_read_as_the_api_server_writes_them() {
         ),
         (
             with("/spec/sla/ttftMs", json!(4_000_000)),
-            "spec.sla.ttftMs: Invalid value: 4000000: spec.sla.ttftMs in body should be less than or equal to 3.6e+06",
+            "spec.sla.ttftMs: Invalid value: 4000000: spec.sla.ttftMs in body should be less than or equal to 3600000",
         ),
         (
             with("/spec/sla/ttftMs", json!("fast")),
