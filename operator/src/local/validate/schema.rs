@@ -437,17 +437,16 @@ fn check_type(value: &Value, node: &Node, path: &str, errs: &mut Vec<FieldError>
     let is_float_int = sch_type == "number" && as_f64(value).fract() == 0.0 && has("integer");
     let is_int_float = sch_type == "integer" && has("number");
     let is_string_or_slice = matches!(value, Value::String(_) | Value::Array(_));
-    if !is_string_or_slice
-        && !node.format.is_empty()
-        && !(has(sch_type) || format == node.format || is_float_int || is_int_float)
-    {
+    let matches_type = has(sch_type) || is_float_int || is_int_float;
+    if !is_string_or_slice && !node.format.is_empty() && !matches_type && format != node.format {
         errs.push(type_error(&node.format, format));
         return;
     }
-    if !(has("number") || has("integer")) && !node.format.is_empty() && is_string_or_slice {
+    let numeric = has("number") || has("integer");
+    if !numeric && !node.format.is_empty() && is_string_or_slice {
         return;
     }
-    if !(has(sch_type) || is_float_int || is_int_float) {
+    if !matches_type {
         errs.push(type_error(&node.types.join(","), sch_type));
     }
 }

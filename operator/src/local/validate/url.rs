@@ -181,8 +181,8 @@ fn parse_host(scheme: &str, host: &str) -> Result<String, UrlError> {
             let hostname = &host[1..close];
             let unescaped = match hostname.find("%25") {
                 Some(zone) => {
-                    let mut h = unescape(hostname[..zone].as_bytes(), Mode::Host)?;
-                    h.extend(unescape(hostname[zone..].as_bytes(), Mode::Zone)?);
+                    let mut h = unescape(&hostname.as_bytes()[..zone], Mode::Host)?;
+                    h.extend(unescape(&hostname.as_bytes()[zone..], Mode::Zone)?);
                     h
                 }
                 None => unescape(hostname.as_bytes(), Mode::Host)?,
