@@ -20,6 +20,7 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
+pub mod local;
 pub mod metrics_source;
 pub mod observer;
 pub mod planner;

@@ -13,6 +13,8 @@ use pacer_tests::{Cluster, OperatorProcess, Workloads, eventually, yaml_document
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+pub mod cases;
+
 pub const OPERATOR: &str = env!("CARGO_BIN_EXE_pacer-operator");
 
 pub fn repo_file(rel: &str) -> PathBuf {
