@@ -13,7 +13,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::ListParams;
 use pacer_crds::{InferenceService, conditions};
 use pacer_tests::eventually;
-use pacer_tests::prometheus::{EngineProcess, Prometheus, ScrapeTarget};
+use pacer_tests::{EngineProcess, Prometheus, ScrapeTarget};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
