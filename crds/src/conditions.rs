@@ -26,4 +26,6 @@ pub mod reasons {
     pub const ACCEPTED: &str = "Accepted";
     /// The spec passed the schema but cannot be built (e.g. a name too long for its children).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The API server refused a child built from the spec (its message is in the condition).
+    pub const CHILD_REJECTED: &str = "ChildRejected";
 }
