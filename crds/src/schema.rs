@@ -126,7 +126,7 @@ pub fn resources(generator: &mut SchemaGenerator) -> Schema {
     let q = |m: &str, k: &str| format!("string(self.{m}[{k}])");
     let quantities = |m: &str| {
         format!(
-            "!has(self.{m}) || self.{m}.all(k, isQuantity({v}) && quantity({v}).sign() >= 0)",
+            "!has(self.{m}) || self.{m}.all(k, isQuantity({v}) && !quantity({v}).isLessThan(quantity('0')))",
             v = q(m, "k")
         )
     };

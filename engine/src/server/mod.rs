@@ -75,10 +75,10 @@ pub struct Server {
 /// The settings to start with: the settings file's, over the command line's, when the file
 /// exists and is valid. A new pod thus starts with the live settings (the operator passes batch
 /// settings only through that file), not with the defaults until the first poll.
-fn initial_settings(config: &ServeConfig) -> scheduler::BatchSettings {
+fn initial_settings(config: &ServeConfig) -> BatchSettings {
     let Some(path) = &config.settings_file else { return config.settings };
     match std::fs::read_to_string(path) {
-        Ok(text) => scheduler::BatchSettings::parse_over(config.settings, &text).unwrap_or_else(|e| {
+        Ok(text) => BatchSettings::parse_over(config.settings, &text).unwrap_or_else(|e| {
             tracing::warn!(file = %path.display(), error = %e, "ignoring invalid settings file at start");
             config.settings
         }),
