@@ -43,4 +43,6 @@ pub mod reasons {
     pub const NO_METRICS_SOURCE: &str = "NoMetricsSource";
     /// The spec passed the schema but cannot be built (e.g. a name too long for its children).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The API server refused a child built from the spec (its message is in the condition).
+    pub const CHILD_REJECTED: &str = "ChildRejected";
 }

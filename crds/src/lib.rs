@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod conditions;
+pub mod schema;
 mod spec;
 mod status;
 

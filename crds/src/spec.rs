@@ -64,6 +64,12 @@ pub const DEFAULT_ENGINE_IMAGE: &str = concat!("ghcr.io/pacer-dev/pacer-engine:"
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(format!(
+    "!has(self.policy) || !has(self.sla) || !has(self.policy.evaluationInterval) || !has(self.sla.window) || !({ok_interval}) || !({ok_window}) || duration(self.policy.evaluationInterval) <= duration(self.sla.window)",
+    ok_interval = crate::schema::duration_within("self.policy.evaluationInterval", "0s", "1h"),
+    ok_window = crate::schema::duration_within("self.sla.window", "0s", "24h"),
+))
+.message("policy.evaluationInterval must not exceed sla.window: evaluations further apart than the window would leave traffic unobserved"))]
 pub struct InferenceServiceSpec {
     /// The model to serve and how engine pods get its GGUF file.
     pub model: ModelSpec,
@@ -126,6 +132,8 @@ pub struct ModelSource {
 pub struct PvcSource {
     /// The claim's name, in the InferenceService's namespace.
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new(format!("self.matches('{}')", crate::schema::DNS1123_SUBDOMAIN_RE))
+        .message("model.source.pvc.claimName must be an object name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit"))]
     pub claim_name: String,
     /// The file's path inside the volume, e.g. `models/SmolLM2-135M-Instruct.Q4_1.gguf`.
     #[schemars(length(min = 1, max = 1024))]
@@ -140,6 +148,8 @@ pub struct PvcSource {
 pub struct ImageSource {
     /// The image reference, e.g. `registry.example.com/models/smollm2:135m-q4_1`.
     #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new(r"!self.matches('\\s')")
+        .message("model.source.image.reference must be an image reference without whitespace"))]
     pub reference: String,
     /// The file's path inside the image.
     #[schemars(length(min = 1, max = 1024))]
@@ -148,6 +158,7 @@ pub struct ImageSource {
     pub path: String,
     /// When to pull the image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::optional_enum::<PullPolicy>")]
     pub pull_policy: Option<PullPolicy>,
 }
 
@@ -159,6 +170,10 @@ pub struct UrlSource {
     #[schemars(length(min = 8, max = 2048))]
     #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')")
         .message("model.source.url.url must be an http:// or https:// URL"))]
+    #[x_kube(validation = Rule::new(r"!self.matches('\\s')")
+        .message("model.source.url.url must not contain whitespace (write a space as %20)"))]
+    #[x_kube(validation = Rule::new("isURL(self) && url(self).getHostname() != ''")
+        .message("model.source.url.url must be a URL with a host, e.g. https://models.example.com/smol.gguf"))]
     pub url: String,
     /// The file's SHA-256 as 64 lowercase hex digits; a download that does not match fails the pod.
     #[schemars(pattern(r"^[a-f0-9]{64}$"))]
@@ -194,32 +209,40 @@ pub struct EngineSpec {
     /// The `pacer-engine` image.
     #[serde(default = "default_engine_image")]
     #[schemars(length(min = 1, max = 512))]
+    #[x_kube(validation = Rule::new(r"!self.matches('\\s')")
+        .message("engine.image must be an image reference without whitespace, e.g. ghcr.io/pacer-dev/pacer-engine:0.1.0"))]
     pub image: String,
     /// When to pull the engine image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::optional_enum::<PullPolicy>")]
     pub image_pull_policy: Option<PullPolicy>,
     /// Secrets for pulling the engine (and model) images.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// CPU, memory and accelerator (`nvidia.com/gpu`) requests and limits of the engine container.
     #[serde(default = "default_resources")]
+    #[schemars(schema_with = "crate::schema::resources")]
     pub resources: ResourceRequirements,
     /// Compute threads. Default: the CPUs the container may use (its CPU limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub threads: Option<u32>,
-    /// Extra `pacer-engine serve` arguments, appended after the ones Pacer sets.
+    /// Extra `pacer-engine serve` arguments, appended after the ones Pacer sets. They may not
+    /// set a flag Pacer owns (`--port`, `--model`, `--tier`, `--settings-file`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64))]
+    #[schemars(schema_with = "crate::schema::engine_args")]
     pub args: Vec<String>,
     /// Extra environment variables of the engine container.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::env_vars")]
     pub env: Vec<EnvVar>,
     /// Nodes the engine pods may run on.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "crate::schema::node_selector")]
     pub node_selector: BTreeMap<String, String>,
     /// Taints the engine pods tolerate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::tolerations")]
     pub tolerations: Vec<Toleration>,
 }
 
@@ -278,7 +301,7 @@ pub struct SlaSpec {
     /// The window percentiles are computed over, as a duration (`5m`, `90s`).
     #[serde(default = "default_window")]
     #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('30s') && duration(self) <= duration('24h')")
+    #[x_kube(validation = Rule::new(crate::schema::duration_within("self", "30s", "24h"))
         .message("sla.window must be between 30s and 24h"))]
     pub window: String,
 }
@@ -424,6 +447,7 @@ pub struct QuantizationSpec {
     pub allowed_tiers: Vec<Tier>,
     /// The tier to run while the SLA holds. Default: the first allowed tier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::optional_enum::<Tier>")]
     pub preferred_tier: Option<Tier>,
     /// Whether the planner may move to a faster, less precise tier when replicas are at their
     /// maximum and the SLA is still violated.
@@ -472,16 +496,22 @@ pub struct PolicySpec {
     /// How often the planner evaluates the SLA (also the reconcile requeue interval).
     #[serde(default = "default_evaluation_interval")]
     #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
-    #[x_kube(validation = Rule::new("duration(self) >= duration('5s') && duration(self) <= duration('1h')")
+    #[x_kube(validation = Rule::new(crate::schema::duration_within("self", "5s", "1h"))
         .message("policy.evaluationInterval must be between 5s and 1h"))]
     pub evaluation_interval: String,
-    /// How long a violation must last before capacity is added.
+    /// How long a violation must last before capacity is added (at most 1h, as HPA's
+    /// stabilization window).
     #[serde(default = "default_scale_up_stabilization")]
     #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
+    #[x_kube(validation = Rule::new(crate::schema::duration_within("self", "0s", "1h"))
+        .message("policy.scaleUpStabilization must be between 0s and 1h"))]
     pub scale_up_stabilization: String,
-    /// How long headroom must last before capacity or precision is given back.
+    /// How long headroom must last before capacity or precision is given back (at most 1h, as
+    /// HPA's stabilization window).
     #[serde(default = "default_scale_down_stabilization")]
     #[schemars(length(max = 16), pattern(r"^([0-9]+(s|m|h))+$"))]
+    #[x_kube(validation = Rule::new(crate::schema::duration_within("self", "0s", "1h"))
+        .message("policy.scaleDownStabilization must be between 0s and 1h"))]
     pub scale_down_stabilization: String,
 }
 

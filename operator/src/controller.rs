@@ -5,7 +5,7 @@
 //! reconcile through the watches, and a healthy object is requeued on its evaluation interval.
 
 use crate::apply::{Outcome, apply};
-use crate::build::{self, Levers, MANAGED_BY};
+use crate::build::{self, Levers, MANAGED_BY, PodMonitor};
 use crate::error::Error;
 use crate::planner::{Quantile, Reason, SlaState};
 use crate::sla::{Evaluation, SlaLoop};
@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
@@ -63,6 +63,8 @@ pub struct Stores {
     pub configmaps: Store<ConfigMap>,
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
+    /// PodMonitors, when the cluster serves that kind.
+    pub pod_monitors: Option<Store<PodMonitor>>,
     /// Set once every cache is filled.
     filled: Arc<tokio::sync::OnceCell<()>>,
 }
@@ -81,6 +83,11 @@ impl Stores {
                     self.services.wait_until_ready(),
                     self.configmaps.wait_until_ready(),
                     self.pdbs.wait_until_ready(),
+                    async {
+                        if let Some(store) = &self.pod_monitors {
+                            let _ = store.wait_until_ready().await;
+                        }
+                    },
                 );
             })
             .await;
@@ -123,8 +130,19 @@ pub async fn run(
     let (deployments, deployment_events) = cached::<Deployment>(scope.api(&client), owned.clone());
     let (services, service_events) = cached::<Service>(scope.api(&client), owned.clone());
     let (configmaps, configmap_events) = cached::<ConfigMap>(scope.api(&client), owned.clone());
-    let (pdbs, pdb_events) = cached::<PodDisruptionBudget>(scope.api(&client), owned);
-    let stores = Stores { deployments, services, configmaps, pdbs, filled: Arc::default() };
+    let (pdbs, pdb_events) = cached::<PodDisruptionBudget>(scope.api(&client), owned.clone());
+    // PodMonitors are cached and watched like the other children when the kind is served, so a
+    // no-op reconcile costs no request for them either.
+    let (pod_monitor_store, pod_monitor_events) =
+        pod_monitors.then(|| cached::<PodMonitor>(scope.api(&client), owned)).unzip();
+    let stores = Stores {
+        deployments,
+        services,
+        configmaps,
+        pdbs,
+        pod_monitors: pod_monitor_store,
+        filled: Arc::default(),
+    };
 
     let reporter = Reporter { controller: "pacer-operator".into(), instance: Some(instance) };
     let ctx = Arc::new(Context {
@@ -143,8 +161,12 @@ pub async fn run(
         .owns_stream(deployment_events)
         .owns_stream(service_events)
         .owns_stream(configmap_events)
-        .owns_stream(pdb_events)
-        .graceful_shutdown_on(shutdown);
+        .owns_stream(pdb_events);
+    let controller = match pod_monitor_events {
+        Some(events) => controller.owns_stream(events),
+        None => controller,
+    }
+    .graceful_shutdown_on(shutdown);
     // One observer task reads the metrics of every InferenceService the controller knows.
     let observer_task = ctx.sla.as_ref().map(|sla| {
         tracing::info!(source = %sla.observer.describe(), profiled_tiers = !sla.model.is_empty(), "SLA planner on");
@@ -211,50 +233,22 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
     let now = (ctx.now)();
 
     if let Err(spec_error) = build::validate(&isvc) {
-        let next = status::desired(&Observed {
-            isvc: &isvc,
-            levers: &current,
-            deployment: None,
-            spec_error: Some(&spec_error),
-            planner: None,
-            now,
-        });
-        if status::changed(isvc.status.as_ref(), &next) {
-            write_status(&ctx, &isvc, &ns, &next).await?;
-            publish(&ctx, &isvc, EventType::Warning, "InvalidSpec", "Validate", spec_error.to_string()).await;
-        }
-        ctx.metrics.reconciles.with_label_values(&["invalid_spec"]).inc();
-        return Ok(Action::await_change());
+        return refuse(&ctx, &isvc, &ns, &current, now, &spec_error).await;
     }
 
-    let client = &ctx.client;
-    let stores = &ctx.stores;
     // Decide the levers from the SLA (on the evaluation interval), then build for them.
-    let live = stores.deployments.get(&ObjectRef::new(&isvc.name_any()).within(&ns));
+    let live = ctx.stores.deployments.get(&ObjectRef::new(&isvc.name_any()).within(&ns));
     let evaluation = ctx.sla.as_ref().map(|sla| sla.evaluate(&isvc, current, live.as_deref(), &now));
     let levers = evaluation.as_ref().map_or(current, |e| e.levers);
-    let deployment = apply_child(
-        &ctx,
-        &isvc,
-        Api::namespaced(client.clone(), &ns),
-        &build::deployment(&isvc, &levers),
-        &stores.deployments,
-    )
-    .await?;
-    apply_child(
-        &ctx,
-        &isvc,
-        Api::namespaced(client.clone(), &ns),
-        &build::configmap(&isvc, &levers),
-        &stores.configmaps,
-    )
-    .await?;
-    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::service(&isvc), &stores.services)
-        .await?;
-    apply_child(&ctx, &isvc, Api::namespaced(client.clone(), &ns), &build::pdb(&isvc), &stores.pdbs).await?;
-    if ctx.pod_monitors {
-        apply_pod_monitor(&ctx, &isvc, &ns).await?;
-    }
+    let deployment = match apply_children(&ctx, &isvc, &ns, &levers).await {
+        Ok(deployment) => deployment,
+        // Retrying cannot help: say why in status and an Event, and wait for a spec change.
+        Err(Error::Rejected { kind, name, message }) => {
+            let rejected = build::SpecError::ChildRejected { kind, name, message };
+            return refuse(&ctx, &isvc, &ns, &current, now, &rejected).await;
+        }
+        Err(e) => return Err(e),
+    };
 
     let next = status::desired(&Observed {
         isvc: &isvc,
@@ -336,6 +330,57 @@ fn forget_gauges(ctx: &Context, isvc: &InferenceService) {
     }
 }
 
+/// Reports a spec that cannot become pods (Ready=False with the reason, a Warning Event when the
+/// status changes) and waits for the next change of the object.
+async fn refuse(
+    ctx: &Context,
+    isvc: &InferenceService,
+    ns: &str,
+    levers: &Levers,
+    now: Time,
+    spec_error: &build::SpecError,
+) -> Result<Action, Error> {
+    let next = status::desired(&Observed {
+        isvc,
+        levers,
+        deployment: None,
+        spec_error: Some(spec_error),
+        planner: None,
+        now,
+    });
+    if status::changed(isvc.status.as_ref(), &next) {
+        write_status(ctx, isvc, ns, &next).await?;
+        publish(ctx, isvc, EventType::Warning, spec_error.reason(), "Validate", spec_error.to_string()).await;
+    }
+    ctx.metrics.reconciles.with_label_values(&["invalid_spec"]).inc();
+    Ok(Action::await_change())
+}
+
+/// Applies every child that drifted; returns the Deployment as it now is. The settings
+/// ConfigMap goes first: new pods mount it and read their batch settings from it at start.
+async fn apply_children(
+    ctx: &Context,
+    isvc: &InferenceService,
+    ns: &str,
+    levers: &Levers,
+) -> Result<Deployment, Error> {
+    let stores = &ctx.stores;
+    let api = Api::namespaced(ctx.client.clone(), ns);
+    apply_child(ctx, isvc, api, &build::configmap(isvc, levers), &stores.configmaps).await?;
+    let api = Api::namespaced(ctx.client.clone(), ns);
+    let deployment =
+        apply_child(ctx, isvc, api, &build::deployment(isvc, levers), &stores.deployments).await?;
+    let api = Api::namespaced(ctx.client.clone(), ns);
+    apply_child(ctx, isvc, api, &build::service(isvc), &stores.services).await?;
+    let api = Api::namespaced(ctx.client.clone(), ns);
+    apply_child(ctx, isvc, api, &build::pdb(isvc), &stores.pdbs).await?;
+    if let Some(pod_monitors) = &stores.pod_monitors {
+        let api = Api::namespaced(ctx.client.clone(), ns);
+        apply_child(ctx, isvc, api, &build::pod_monitor(isvc), pod_monitors).await?;
+    }
+    Ok(deployment)
+}
+
 /// Applies one typed child if it drifted from `desired`, with an Event when it changed.
 async fn apply_child<K>(
     ctx: &Context,
@@ -372,29 +417,6 @@ where
         Outcome::Unchanged => {}
     }
     Ok(object)
-}
-
-/// PodMonitors are not cached (an optional kind); an apply of an unchanged object is a no-op
-/// in the API server, and they are re-applied only on the evaluation interval.
-async fn apply_pod_monitor(ctx: &Context, isvc: &InferenceService, ns: &str) -> Result<(), Error> {
-    let resource = build::pod_monitor_resource();
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
-    let desired = build::pod_monitor(isvc);
-    let live = api.get_opt(&desired.name_any()).await.map_err(Error::Kube)?;
-    let live_json = live.as_ref().map(serde_json::to_value).transpose().map_err(Error::Serialize)?;
-    let desired_json = serde_json::to_value(&desired).map_err(Error::Serialize)?;
-    if live_json.is_some_and(|l| crate::apply::is_subset(&desired_json, &l)) {
-        return Ok(());
-    }
-    ctx.metrics.writes.with_label_values(&["PodMonitor"]).inc();
-    api.patch(
-        &desired.name_any(),
-        &PatchParams::apply(build::FIELD_MANAGER).force(),
-        &Patch::Apply(&desired_json),
-    )
-    .await
-    .map_err(|source| Error::Apply { kind: "PodMonitor".into(), name: desired.name_any(), source })?;
-    Ok(())
 }
 
 async fn write_status(

@@ -15,6 +15,17 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The API server refused a child as invalid (400 or 422): the spec let through something
+    /// the child's own validation refuses. Reported in status, not retried.
+    #[error("the API server rejected {kind} {name}: {message}")]
+    Rejected {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+        /// The API server's message.
+        message: String,
+    },
     /// Writing the InferenceService status failed.
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
@@ -37,6 +48,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Apply { .. } => "apply",
+            Error::Rejected { .. } => "rejected",
             Error::Status(_) => "status",
             Error::Kube(_) => "kube",
             Error::Serialize(_) => "serialize",

@@ -47,12 +47,12 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
 
     let (ready, desired_replicas) = match o.spec_error {
         Some(err) => {
-            found.push((conditions::SPEC_VALID, FALSE, reasons::INVALID_SPEC, err.to_string()));
+            found.push((conditions::SPEC_VALID, FALSE, err.reason(), err.to_string()));
             found.push((
                 conditions::READY,
                 FALSE,
-                reasons::INVALID_SPEC,
-                "the spec cannot be built; fix it and the operator retries".into(),
+                err.reason(),
+                format!("{err}; fix the spec and the operator retries"),
             ));
             (0, previous.and_then(|s| s.replicas).unwrap_or(0))
         }

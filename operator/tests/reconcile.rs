@@ -351,3 +351,147 @@ async fn the_samples_run_under_kwok() {
         assert_eq!(status.tier.as_deref(), Some(isvc.spec.quantization.preferred().as_str()), "{path}");
     }
 }
+
+/// The engine pod spec of the Deployment `smol`, as JSON, once it exists.
+async fn pod_spec(ns: &TestNs) -> Option<serde_json::Value> {
+    let d = ns.api::<Deployment>().get_opt("smol").await.ok()??;
+    serde_json::to_value(d.spec?.template.spec?).ok()
+}
+
+#[tokio::test]
+async fn fields_removed_from_the_spec_leave_the_deployment() {
+    let ns = TestNs::new("removal").await;
+    let op = ns.operator("only");
+    let mut doc = isvc_doc("smol");
+    doc["spec"]["engine"] = json!({
+        "nodeSelector": {"pacer.dev/pool": "inference"},
+        "tolerations": [{"key": "pacer.dev/dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "env": [{"name": "RUST_LOG", "value": "debug"}],
+        "resources": {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "3", "memory": "1Gi"}},
+        "args": ["--kv-cache-tokens=4096"],
+    });
+    ns.create(doc).await;
+    let set = eventually(60, "the engine fields in the Deployment", || async {
+        let pod = pod_spec(&ns).await?;
+        let c = &pod["containers"][0];
+        let all = pod["nodeSelector"]["pacer.dev/pool"] == "inference"
+            && pod["tolerations"][0]["key"] == "pacer.dev/dedicated"
+            && c["env"][0]["name"] == "RUST_LOG"
+            && c["resources"]["limits"]["cpu"] == "3"
+            && c["args"].as_array()?.iter().any(|a| a == "--kv-cache-tokens=4096");
+        all.then_some(pod)
+    })
+    .await;
+    assert!(set["containers"][0]["args"].as_array().is_some());
+
+    // Remove every one of them (null deletes in a merge patch; resources fall back to the default).
+    let patch = json!({"spec": {"engine": {"nodeSelector": null, "tolerations": null, "env": null, "resources": null, "args": null}}});
+    ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    let pod = eventually(60, "the removed fields to leave the Deployment", || async {
+        let pod = pod_spec(&ns).await?;
+        let c = &pod["containers"][0];
+        let gone = pod.get("nodeSelector").is_none()
+            && pod.get("tolerations").is_none()
+            && c.get("env").is_none()
+            && c["resources"]["limits"].get("cpu").is_none()
+            && !c["args"].as_array()?.iter().any(|a| a == "--kv-cache-tokens=4096");
+        gone.then_some(pod)
+    })
+    .await;
+    // The default resources took their place.
+    assert_eq!(pod["containers"][0]["resources"]["limits"]["memory"], "2Gi", "{pod}");
+    assert_eq!(pod["containers"][0]["resources"]["requests"]["cpu"], "2", "{pod}");
+    wait_ready(&ns, "smol", &op).await;
+}
+
+#[tokio::test]
+async fn the_batch_lever_moves_the_configmap_and_not_the_pod_template() {
+    let ns = TestNs::new("batch").await;
+    let op = ns.operator("only");
+    ns.create(isvc_doc("smol")).await;
+    wait_ready(&ns, "smol", &op).await;
+    let deployments: Api<Deployment> = ns.api();
+    let before = deployments.get("smol").await.expect("deployment");
+    let configmaps: Api<ConfigMap> = ns.api();
+    assert_eq!(
+        configmaps.get("smol-settings").await.expect("cm").data.expect("data")["settings.json"],
+        r#"{"batch_wait_ms":0,"max_batch_size":8}"#
+    );
+
+    // Narrowing the range moves the lever (8 → 4) and raises the wait floor (0 → 5).
+    let patch = json!({"spec": {"batching": {"maxBatchSize": {"min": 1, "max": 4, "initial": 4},
+                                             "batchWaitMs": {"min": 5, "max": 20, "initial": 5}}}});
+    ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    eventually(30, "the settings ConfigMap to carry the new batch settings", || {
+        let configmaps = configmaps.clone();
+        async move {
+            let data = configmaps.get("smol-settings").await.ok()?.data?;
+            (data.get("settings.json")? == r#"{"batch_wait_ms":5,"max_batch_size":4}"#).then_some(())
+        }
+    })
+    .await;
+    let isvc = wait_ready(&ns, "smol", &op).await;
+    assert_eq!(isvc.status.as_ref().and_then(|s| s.max_batch_size), Some(4));
+    let after = deployments.get("smol").await.expect("deployment");
+    assert_eq!(before.metadata.generation, after.metadata.generation, "the Deployment spec changed");
+    assert_eq!(before.spec.as_ref().map(|s| &s.template), after.spec.as_ref().map(|s| &s.template));
+
+    // A tier change, by contrast, is a new template (a rolling update).
+    let patch = json!({"spec": {"quantization": {"allowedTiers": ["q8_0", "native"]}}});
+    ns.isvcs().patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    let isvc = wait_ready(&ns, "smol", &op).await;
+    assert_eq!(isvc.status.as_ref().and_then(|s| s.tier.as_deref()), Some("q8_0"));
+    let rolled = deployments.get("smol").await.expect("deployment");
+    assert!(rolled.metadata.generation > after.metadata.generation);
+}
+
+#[tokio::test]
+async fn a_child_the_api_server_rejects_is_reported_not_retried() {
+    let ns = TestNs::new("rejected").await;
+    let op = ns.operator("only");
+    // Pod validation refuses this field path; the CRD has no rule for it, so it reaches the
+    // Deployment.
+    let mut doc = isvc_doc("smol");
+    doc["spec"]["engine"] =
+        json!({"env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nowhere"}}}]});
+    ns.create(doc).await;
+    let api = ns.isvcs();
+    let message = eventually(30, "Ready=False with reason ChildRejected", || {
+        let api = api.clone();
+        async move {
+            let isvc = api.get("smol").await.ok()?;
+            let c = isvc.status?.conditions.into_iter().find(|c| c.type_ == conditions::READY)?;
+            (c.status == "False" && c.reason == conditions::reasons::CHILD_REJECTED).then_some(c.message)
+        }
+    })
+    .await;
+    assert!(message.contains("Deployment smol") && message.contains("spec.nowhere"), "{message}");
+    let events: Api<Event> = ns.api();
+    eventually(20, "a Warning Event with the API's message", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("ChildRejected")
+                        && e.note.as_deref().is_some_and(|n| n.contains("spec.nowhere"))
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    // No retry loop: the attempts stop once the status says why.
+    let writes = || op.metric("pacer_operator_writes_total", "kind=\"Deployment\"");
+    let first = writes().await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(writes().await, first, "the rejected Deployment is retried:\n{}", op.log_text());
+    assert!(first.unwrap_or(0.0) <= 2.0, "{first:?}");
+    assert_eq!(op.metric("pacer_operator_reconcile_errors_total", "").await, Some(0.0));
+
+    // Fixing the spec clears the condition.
+    let patch = json!({"spec": {"engine": {"env": null}}});
+    api.patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("fix");
+    wait_ready(&ns, "smol", &op).await;
+}

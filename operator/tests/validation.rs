@@ -103,6 +103,146 @@ async fn invalid_inferenceservices_are_rejected_with_their_messages() {
         ("unknown mode", json!({"spec": {"policy": {"mode": "Auto"}}}), "Unsupported value: \"Auto\""),
         ("no SLA", json!({"spec": {"sla": null}}), "spec.sla: Required value"),
         (
+            "a URL without a host",
+            json!({"spec": {"model": {"source": {"url": {"url": "https://"}}}}}),
+            "model.source.url.url must be a URL with a host",
+        ),
+        (
+            "a URL with whitespace",
+            json!({"spec": {"model": {"source": {"url": {"url": "https://models.example.com/my model.gguf"}}}}}),
+            "model.source.url.url must not contain whitespace",
+        ),
+        (
+            "a claim name that is no object name",
+            json!({"spec": {"model": {"source": {"url": null, "pvc": {"claimName": "Models_1", "path": "m.gguf"}}}}}),
+            "model.source.pvc.claimName must be an object name",
+        ),
+        (
+            "an engine image with whitespace",
+            json!({"spec": {"engine": {"image": "ghcr.io/pacer-dev/pacer-engine: 0.1.0"}}}),
+            "engine.image must be an image reference without whitespace",
+        ),
+        (
+            "a model image with whitespace",
+            json!({"spec": {"model": {"source": {"url": null, "image": {"reference": "registry.example.com/m :1", "path": "m.gguf"}}}}}),
+            "model.source.image.reference must be an image reference without whitespace",
+        ),
+        (
+            "a stabilization window in the centuries",
+            json!({"spec": {"policy": {"scaleDownStabilization": "9999999h"}}}),
+            "policy.scaleDownStabilization must be between 0s and 1h",
+        ),
+        (
+            "a stabilization window above HPA's hour",
+            json!({"spec": {"policy": {"scaleUpStabilization": "61m"}}}),
+            "policy.scaleUpStabilization must be between 0s and 1h",
+        ),
+        (
+            "a window that overflows a duration",
+            json!({"spec": {"sla": {"window": "99999999999999h"}}}),
+            "sla.window must be between 30s and 24h",
+        ),
+        (
+            "evaluations further apart than the window",
+            json!({"spec": {"sla": {"window": "1m"}, "policy": {"evaluationInterval": "5m"}}}),
+            "policy.evaluationInterval must not exceed sla.window",
+        ),
+        (
+            "a resource that is no quantity",
+            json!({"spec": {"engine": {"resources": {"limits": {"memory": "lots"}}}}}),
+            "engine.resources.limits must be non-negative quantities",
+        ),
+        (
+            "a negative request",
+            json!({"spec": {"engine": {"resources": {"requests": {"cpu": "-1"}}}}}),
+            "engine.resources.requests must be non-negative quantities",
+        ),
+        (
+            "a request above its limit",
+            json!({"spec": {"engine": {"resources": {"requests": {"memory": "4Gi"}, "limits": {"memory": "2Gi"}}}}}),
+            "engine.resources.requests must not exceed engine.resources.limits",
+        ),
+        (
+            "a GPU request without a limit",
+            json!({"spec": {"engine": {"resources": {"requests": {"nvidia.com/gpu": 1}}}}}),
+            "an extended resource such as nvidia.com/gpu must have a limit equal to its request",
+        ),
+        (
+            "a misspelt resource name",
+            json!({"spec": {"engine": {"resources": {"limits": {"cpus": "2"}}}}}),
+            "engine.resources.limits may name cpu, memory",
+        ),
+        (
+            "a resource claim",
+            json!({"spec": {"engine": {"resources": {"claims": [{"name": "gpu"}]}}}}),
+            "engine.resources.claims is not supported",
+        ),
+        (
+            "an env var name with '='",
+            json!({"spec": {"engine": {"env": [{"name": "A=B", "value": "1"}]}}}),
+            "engine.env names must be printable ASCII characters other than '='",
+        ),
+        (
+            "an unknown toleration operator",
+            json!({"spec": {"engine": {"tolerations": [{"key": "gpu", "operator": "Equals", "value": "x"}]}}}),
+            "Unsupported value: \"Equals\"",
+        ),
+        (
+            "an unknown toleration effect",
+            json!({"spec": {"engine": {"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoRun"}]}}}),
+            "Unsupported value: \"NoRun\"",
+        ),
+        (
+            "operator Exists with a value",
+            json!({"spec": {"engine": {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "x"}]}}}),
+            "a toleration with operator Exists must not set a value",
+        ),
+        (
+            "a toleration without a key that is not Exists",
+            json!({"spec": {"engine": {"tolerations": [{"operator": "Equal", "value": "x"}]}}}),
+            "a toleration without a key must use operator Exists",
+        ),
+        (
+            "tolerationSeconds without NoExecute",
+            json!({"spec": {"engine": {"tolerations": [{"key": "gpu", "operator": "Exists", "tolerationSeconds": 30}]}}}),
+            "tolerationSeconds needs effect NoExecute",
+        ),
+        (
+            "a toleration key that is no qualified name",
+            json!({"spec": {"engine": {"tolerations": [{"key": "gpu pool", "operator": "Exists"}]}}}),
+            "engine.tolerations key must be a qualified name",
+        ),
+        (
+            "a node-selector key that is no label key",
+            json!({"spec": {"engine": {"nodeSelector": {"pool name": "inference"}}}}),
+            "engine.nodeSelector keys must be label keys",
+        ),
+        (
+            "a node-selector value that is no label value",
+            json!({"spec": {"engine": {"nodeSelector": {"pacer.dev/pool": "big pool"}}}}),
+            "engine.nodeSelector values must be label values",
+        ),
+        (
+            "an extra arg overriding the port",
+            json!({"spec": {"engine": {"args": ["--kv-cache-tokens=4096", "--port=9000"]}}}),
+            "engine.args must not set the flags Pacer owns",
+        ),
+        (
+            "an extra arg overriding the tier, space-separated",
+            json!({"spec": {"engine": {"args": ["--tier", "f32"]}}}),
+            "engine.args must not set the flags Pacer owns",
+        ),
+        (
+            "an extra arg overriding the settings file",
+            json!({"spec": {"engine": {"args": ["--settings-file=/tmp/x.json"]}}}),
+            "engine.args must not set the flags Pacer owns",
+        ),
+        (
+            "an extra arg overriding the model",
+            json!({"spec": {"engine": {"args": ["--model=/models/other.gguf"]}}}),
+            "engine.args must not set the flags Pacer owns",
+        ),
+        (
             "name too long for a Service",
             json!({"metadata": {"name": "a-very-long-inference-service-name-that-cannot-name-a-service"}}),
             "metadata.name must be at most 52 lowercase letters",
@@ -161,4 +301,66 @@ async fn defaults_are_filled_in_by_the_api_server() {
     assert_eq!(s.policy.evaluation_interval, "30s");
     assert_eq!(s.engine.image, pacer_crds::DEFAULT_ENGINE_IMAGE);
     assert!(s.engine.resources.requests.as_ref().is_some_and(|r| r.contains_key("cpu")));
+}
+
+/// What the rules above refuse must not catch what Pod validation accepts: every embedded field,
+/// used well, is admitted.
+#[tokio::test]
+async fn a_spec_using_every_embedded_field_well_is_accepted() {
+    let ns = TestNs::new("accepted").await;
+    let mut doc = isvc_doc("full");
+    merge(
+        &mut doc,
+        &json!({"spec": {
+            "engine": {
+                "image": "registry.example.com/pacer/engine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "resources": {
+                    "requests": {"cpu": 2, "memory": "1.5Gi", "nvidia.com/gpu": "1"},
+                    "limits": {"cpu": "2500m", "memory": "2Gi", "nvidia.com/gpu": 1, "hugepages-2Mi": "0"},
+                },
+                "env": [{"name": "RUST_LOG", "value": "info"}, {"name": "my.setting-1", "value": "x"}],
+                "tolerations": [
+                    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                    {"key": "pool", "operator": "Equal", "value": "inference", "effect": "NoExecute", "tolerationSeconds": 60},
+                    {"operator": "Exists"},
+                ],
+                "nodeSelector": {"kubernetes.io/arch": "amd64", "pacer.dev/pool": "inference", "gpu": ""},
+                "args": ["--kv-cache-tokens=4096", "--max-waiting=64", "--portable-flag-is-not-port"],
+            },
+            "sla": {"window": "1h30m"},
+            "policy": {"evaluationInterval": "1m", "scaleUpStabilization": "0s", "scaleDownStabilization": "1h"},
+        }}),
+    );
+    let isvc: InferenceService = serde_json::from_value(doc).expect("typed");
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    if let Err(e) = ns.isvcs().create(&dry_run, &isvc).await {
+        panic!("a valid spec was refused: {e}");
+    }
+}
+
+/// `null` on an optional field (enums included) means "unset", as it does for Kubernetes' own
+/// types, rather than a value outside the enum.
+#[tokio::test]
+async fn null_on_optional_fields_means_unset() {
+    let ns = TestNs::new("nulls").await;
+    let mut doc = isvc_doc("nulls");
+    merge(&mut doc, &json!({"spec": {"engine": {"threads": 2}}}));
+    let spec = doc["spec"].as_object_mut().expect("spec");
+    spec.insert("quantization".into(), json!({"allowedTiers": ["native"], "preferredTier": null}));
+    spec["engine"]["imagePullPolicy"] = Value::Null;
+    spec["engine"]["threads"] = Value::Null;
+    spec["model"]["contextLength"] = Value::Null;
+    let api_raw: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        ns.admin.clone(),
+        &ns.name,
+        &kube::discovery::ApiResource::erase::<InferenceService>(&()),
+    );
+    let obj: kube::api::DynamicObject = serde_json::from_value(doc).expect("object");
+    let created = api_raw.create(&PostParams::default(), &obj).await.expect("nulls are accepted as unset");
+    let spec = &created.data["spec"];
+    assert!(spec["quantization"].get("preferredTier").is_none(), "{spec}");
+    assert!(spec["engine"].get("imagePullPolicy").is_none(), "{spec}");
+    let typed = ns.isvcs().get("nulls").await.expect("read back");
+    assert_eq!(typed.spec.quantization.preferred_tier, None);
+    assert_eq!(typed.spec.engine.image_pull_policy, None);
 }

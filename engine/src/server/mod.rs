@@ -72,14 +72,29 @@ pub struct Server {
     pub scheduler: SchedulerHandle,
 }
 
+/// The settings to start with: the settings file's, over the command line's, when the file
+/// exists and is valid. A new pod thus starts with the live settings (the operator passes batch
+/// settings only through that file), not with the defaults until the first poll.
+fn initial_settings(config: &ServeConfig) -> BatchSettings {
+    let Some(path) = &config.settings_file else { return config.settings };
+    match std::fs::read_to_string(path) {
+        Ok(text) => BatchSettings::parse_over(config.settings, &text).unwrap_or_else(|e| {
+            tracing::warn!(file = %path.display(), error = %e, "ignoring invalid settings file at start");
+            config.settings
+        }),
+        Err(_) => config.settings,
+    }
+}
+
 /// Starts the scheduler for `model` and builds the router. The settings-file watcher, if
 /// configured, runs on the current tokio runtime.
 pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<Server> {
     config.settings.validate().map_err(std::io::Error::other)?;
+    let settings = initial_settings(config);
     let metrics = EngineMetrics::new(&config.served_name);
     let scheduler = scheduler::start(
         model.clone(),
-        config.settings,
+        settings,
         config.kv_cache_tokens,
         config.max_waiting,
         metrics.clone(),
@@ -87,7 +102,7 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
     if let Some(path) = &config.settings_file {
         tokio::spawn(scheduler::watch_settings_file(
             path.clone(),
-            config.settings,
+            settings,
             scheduler.clone(),
             Duration::from_millis(500),
         ));
@@ -171,5 +186,40 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = ctrl_c => {},
         () = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(settings_file: Option<PathBuf>) -> ServeConfig {
+        ServeConfig {
+            served_name: "m".into(),
+            api_key: None,
+            settings: BatchSettings::default(),
+            settings_file,
+            max_waiting: 1,
+            kv_cache_tokens: 16,
+            drain_timeout: Duration::from_secs(1),
+            max_body_bytes: 1,
+            log_prompts: false,
+        }
+    }
+
+    #[test]
+    fn a_new_engine_starts_with_the_settings_file() {
+        let dir = std::env::temp_dir().join(format!("pacer-initial-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("settings.json");
+        std::fs::write(&file, r#"{"max_batch_size": 5, "batch_wait_ms": 7}"#).expect("write");
+        let s = initial_settings(&config(Some(file.clone())));
+        assert_eq!((s.max_batch_size, s.batch_wait_ms), (5, 7));
+        // An invalid or missing file leaves the command line's settings.
+        std::fs::write(&file, r#"{"max_batch_size": 0}"#).expect("write");
+        assert_eq!(initial_settings(&config(Some(file.clone()))), BatchSettings::default());
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert_eq!(initial_settings(&config(Some(file))), BatchSettings::default());
+        assert_eq!(initial_settings(&config(None)), BatchSettings::default());
     }
 }

@@ -1,28 +1,46 @@
 //! The engine Deployment: `pacer-engine serve` pods with probes on `/ready` and `/health`, a
 //! drain on termination, a locked-down security context, the live settings mounted from the
 //! ConfigMap, and the model mounted (PVC, OCI image volume) or downloaded by an init container.
+//! Built from typed structs, so a misspelt field is a compile error rather than a dropped key.
+//! The batch settings are not in the pod template: they reach the engines only through the
+//! settings ConfigMap, which the engine reads at start and re-reads live, so moving the batch
+//! lever restarts no pod.
 
 use super::{Levers, SETTINGS_FILE, TIER_LABEL, child_meta, labels, selector_labels, settings_name};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    HTTPGetAction, ImageVolumeSource, Lifecycle, LifecycleHandler, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, SleepAction, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use pacer_crds::{InferenceService, ModelSource};
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// The engine container's name.
 pub const ENGINE_CONTAINER: &str = "engine";
 /// The engine's HTTP port (API, metrics, probes).
 pub const HTTP_PORT: i32 = 8000;
 /// Seconds the engine lets in-flight requests finish after SIGTERM (`--drain-timeout`).
-const DRAIN_SECONDS: i64 = 30;
+pub const DRAIN_SECONDS: i64 = 30;
 /// Seconds between the pod leaving the Service's endpoints and SIGTERM, so that load balancers
 /// stop sending before the engine starts refusing.
-const PRE_STOP_SLEEP_SECONDS: i64 = 5;
+pub const PRE_STOP_SLEEP_SECONDS: i64 = 5;
+/// Seconds the kubelet waits before SIGKILL: the preStop sleep, then the drain, then a margin for
+/// the process to flush and exit. Derived here so the three never disagree.
+pub const TERMINATION_GRACE_SECONDS: i64 = PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS + 10;
 /// Where the model volume is mounted.
 const MODEL_DIR: &str = "/models";
 /// The file name a downloaded model gets.
 const DOWNLOADED_MODEL: &str = "model.gguf";
 /// The image of the init container that downloads a model from a URL (curl + sha256sum).
 pub const FETCHER_IMAGE: &str = "docker.io/curlimages/curl:8.11.1";
+/// The non-root user and group the engine runs as.
+const RUN_AS: i64 = 65532;
 
 /// The Deployment of engine pods for `isvc` at `levers`.
 pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
@@ -36,8 +54,6 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
         format!("--model={model_path}"),
         format!("--served-model-name={}", served_name(isvc)),
         format!("--tier={}", levers.tier),
-        format!("--max-batch-size={}", levers.max_batch_size),
-        format!("--batch-wait-ms={}", levers.batch_wait_ms),
         format!("--settings-file={SETTINGS_FILE}"),
         format!("--drain-timeout={DRAIN_SECONDS}"),
         "--log-format=json".into(),
@@ -52,68 +68,107 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
 
     let mut pod_labels = labels(isvc);
     pod_labels.insert(TIER_LABEL.to_string(), levers.tier.to_string());
-    let probe = |path: &str, period: i64, failures: i64| json!({"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures});
-    let mut container = json!({
-        "name": ENGINE_CONTAINER,
-        "image": engine.image,
-        "args": args,
-        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
-        "env": engine.env,
-        "resources": engine.resources,
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    };
+    let container = Container {
+        name: ENGINE_CONTAINER.into(),
+        image: Some(engine.image.clone()),
+        image_pull_policy: engine.image_pull_policy.map(|p| p.as_str().to_string()),
+        args: Some(args),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".into()),
+            container_port: HTTP_PORT,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        env: non_empty(engine.env.clone()),
+        resources: Some(engine.resources.clone()),
         // Loading and warming the model can take a while on small CPUs; liveness starts after.
-        "startupProbe": probe("/health", 2, 150),
-        "livenessProbe": probe("/health", 10, 3),
-        "readinessProbe": probe("/ready", 2, 2),
-        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP_SECONDS}}},
-        "securityContext": container_security_context(),
-        "volumeMounts": [
-            {"name": "settings", "mountPath": parent_dir(SETTINGS_FILE), "readOnly": true},
-            {"name": "model", "mountPath": MODEL_DIR, "readOnly": true},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-    });
-    if let Some(policy) = engine.image_pull_policy {
-        container["imagePullPolicy"] = json!(policy.as_str());
-    }
+        startup_probe: Some(probe("/health", 2, 150)),
+        liveness_probe: Some(probe("/health", 10, 3)),
+        readiness_probe: Some(probe("/ready", 2, 2)),
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction { seconds: PRE_STOP_SLEEP_SECONDS }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        security_context: Some(container_security_context()),
+        volume_mounts: Some(vec![
+            mount("settings", parent_dir(SETTINGS_FILE), true),
+            mount("model", MODEL_DIR, true),
+            mount("tmp", "/tmp", false),
+        ]),
+        ..Container::default()
+    };
 
-    let pod_spec = json!({
-        "containers": [container],
-        "initContainers": init_containers,
-        "volumes": [
-            {"name": "settings", "configMap": {"name": settings_name(isvc)}},
+    let pod_spec = PodSpec {
+        containers: vec![container],
+        init_containers: non_empty(init_containers),
+        volumes: Some(vec![
+            Volume {
+                name: "settings".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: settings_name(isvc),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
             model_volume,
-            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
-        ],
-        "nodeSelector": engine.node_selector,
-        "tolerations": engine.tolerations,
-        "imagePullSecrets": engine.image_pull_secrets,
-        "automountServiceAccountToken": false,
-        "enableServiceLinks": false,
-        "terminationGracePeriodSeconds": PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS + 10,
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": 65532,
-            "runAsGroup": 65532,
-            "fsGroup": 65532,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-    });
-    let deployment = json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": child_meta(isvc, isvc.name_any()),
-        "spec": {
-            "replicas": levers.replicas,
-            "selector": {"matchLabels": selector_labels(isvc)},
-            // A new tier or settings template surges one pod at a time and never removes a
-            // ready one first, so capacity does not drop during a rollout.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "progressDeadlineSeconds": 600,
-            "revisionHistoryLimit": 5,
-            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
-        },
-    });
-    serde_json::from_value(strip_empty(deployment)).expect("the Deployment JSON matches its schema (tested)")
+            Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: Some(Quantity("64Mi".into())),
+                    ..EmptyDirVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+        ]),
+        node_selector: non_empty_map(engine.node_selector.clone()),
+        tolerations: non_empty(engine.tolerations.clone()),
+        image_pull_secrets: non_empty(engine.image_pull_secrets.clone()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUN_AS),
+            run_as_group: Some(RUN_AS),
+            fs_group: Some(RUN_AS),
+            seccomp_profile: Some(runtime_default_seccomp()),
+            ..PodSecurityContext::default()
+        }),
+        ..PodSpec::default()
+    };
+    Deployment {
+        metadata: child_meta(isvc, isvc.name_any()),
+        spec: Some(DeploymentSpec {
+            replicas: Some(levers.replicas),
+            selector: LabelSelector { match_labels: Some(selector_labels(isvc)), ..LabelSelector::default() },
+            // A new tier template surges one pod at a time and never removes a ready one first,
+            // so capacity does not drop during a rollout.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            progress_deadline_seconds: Some(600),
+            revision_history_limit: Some(5),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..ObjectMeta::default() }),
+                spec: Some(pod_spec),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
 }
 
 /// The model's name in the OpenAI API.
@@ -121,28 +176,62 @@ pub fn served_name(isvc: &InferenceService) -> String {
     isvc.spec.model.served_name.clone().unwrap_or_else(|| isvc.name_any())
 }
 
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    }
+}
+
+/// `None` for an empty list: server-side apply would otherwise claim ownership of it.
+fn non_empty<T>(items: Vec<T>) -> Option<Vec<T>> {
+    (!items.is_empty()).then_some(items)
+}
+
+fn non_empty_map(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!map.is_empty()).then_some(map)
+}
+
+fn model_volume_named(source: Volume) -> Volume {
+    Volume { name: "model".into(), ..source }
+}
+
 /// The model volume, the path of the GGUF file inside the container, and any init containers.
-fn model_volume(isvc: &InferenceService) -> (Value, String, Value) {
+fn model_volume(isvc: &InferenceService) -> (Volume, String, Vec<Container>) {
     let ModelSource { pvc, image, url } = &isvc.spec.model.source;
+    let empty_dir = || {
+        model_volume_named(Volume { empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() })
+    };
     if let Some(pvc) = pvc {
-        let volume = json!({"name": "model", "persistentVolumeClaim": {"claimName": pvc.claim_name, "readOnly": true}});
-        return (volume, format!("{MODEL_DIR}/{}", pvc.path), json!([]));
+        let volume = model_volume_named(Volume {
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: pvc.claim_name.clone(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        });
+        return (volume, format!("{MODEL_DIR}/{}", pvc.path), Vec::new());
     }
     if let Some(image) = image {
-        let mut source = json!({"reference": image.reference});
-        if let Some(policy) = image.pull_policy {
-            source["pullPolicy"] = json!(policy.as_str());
-        }
-        return (json!({"name": "model", "image": source}), format!("{MODEL_DIR}/{}", image.path), json!([]));
+        let volume = model_volume_named(Volume {
+            image: Some(ImageVolumeSource {
+                reference: Some(image.reference.clone()),
+                pull_policy: image.pull_policy.map(|p| p.as_str().to_string()),
+            }),
+            ..Volume::default()
+        });
+        return (volume, format!("{MODEL_DIR}/{}", image.path), Vec::new());
     }
     let Some(url) = url else {
         // The CEL rule guarantees exactly one source; an emptyDir keeps the pod well-formed and
         // the engine reports the missing file clearly should an old CRD have let this through.
-        return (
-            json!({"name": "model", "emptyDir": {}}),
-            format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"),
-            json!([]),
-        );
+        return (empty_dir(), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), Vec::new());
     };
     // Download once per pod into an emptyDir, verify, then rename: a partial or corrupt file
     // never reaches the engine, and a restarted init container resumes from scratch.
@@ -154,50 +243,47 @@ fn model_volume(isvc: &InferenceService) -> (Value, String, Value) {
          echo \"$MODEL_SHA256  $dest.part\" | sha256sum -c\n\
          mv \"$dest.part\" \"$dest\"\n"
     );
-    let init = json!([{
-        "name": "fetch-model",
-        "image": FETCHER_IMAGE,
-        "command": ["/bin/sh", "-c", script],
-        "env": [{"name": "MODEL_URL", "value": url.url}, {"name": "MODEL_SHA256", "value": url.sha256}],
-        "securityContext": container_security_context(),
-        "volumeMounts": [{"name": "model", "mountPath": MODEL_DIR}],
-        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-    }]);
-    (json!({"name": "model", "emptyDir": {}}), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), init)
+    let env =
+        |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), value_from: None };
+    let q = |s: &str| Quantity(s.into());
+    let init = Container {
+        name: "fetch-model".into(),
+        image: Some(FETCHER_IMAGE.into()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), script]),
+        env: Some(vec![env("MODEL_URL", &url.url), env("MODEL_SHA256", &url.sha256)]),
+        security_context: Some(container_security_context()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "model".into(),
+            mount_path: MODEL_DIR.into(),
+            ..VolumeMount::default()
+        }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([("cpu".into(), q("100m")), ("memory".into(), q("64Mi"))])),
+            limits: Some(BTreeMap::from([("memory".into(), q("256Mi"))])),
+            ..ResourceRequirements::default()
+        }),
+        ..Container::default()
+    };
+    (empty_dir(), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), vec![init])
 }
 
-fn container_security_context() -> Value {
-    json!({
-        "runAsNonRoot": true,
-        "readOnlyRootFilesystem": true,
-        "allowPrivilegeEscalation": false,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    })
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }
+}
+
+fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..SecurityContext::default()
+    }
 }
 
 fn parent_dir(path: &str) -> &str {
     path.rsplit_once('/').map_or(path, |(dir, _)| dir)
-}
-
-/// Drops empty arrays and objects, so the applied object names only fields the operator sets
-/// (server-side apply would otherwise claim ownership of empty lists).
-fn strip_empty(value: Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (k, strip_empty(v)))
-                // `emptyDir: {}` is a volume source whose emptiness is the point.
-                .filter(|(k, v)| k == "emptyDir" || !(v.is_null() || is_empty_container(v)))
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(strip_empty).collect()),
-        other => other,
-    }
-}
-
-fn is_empty_container(v: &Value) -> bool {
-    matches!(v, Value::Array(a) if a.is_empty()) || matches!(v, Value::Object(o) if o.is_empty())
 }
 
 #[cfg(test)]
@@ -218,11 +304,11 @@ mod tests {
         let pod = spec.template.spec.expect("pod");
         let c = &pod.containers[0];
         let args = c.args.clone().expect("args");
-        for want in
-            ["--tier=q4_0", "--max-batch-size=8", "--batch-wait-ms=3", "--model=/models/smol/model.gguf"]
-        {
+        for want in ["--tier=q4_0", "--model=/models/smol/model.gguf", "--drain-timeout=30"] {
             assert!(args.iter().any(|a| a == want), "{want} in {args:?}");
         }
+        // The batch settings come from the settings file only.
+        assert!(!args.iter().any(|a| a.starts_with("--max-batch-size") || a.starts_with("--batch-wait-ms")));
         assert!(args.iter().any(|a| a == "--served-model-name=smol"));
         let ready = c.readiness_probe.as_ref().and_then(|p| p.http_get.as_ref()).expect("readiness");
         assert_eq!(ready.path.as_deref(), Some("/ready"));
@@ -233,6 +319,7 @@ mod tests {
         assert!(
             pod.termination_grace_period_seconds.expect("grace") > DRAIN_SECONDS + PRE_STOP_SLEEP_SECONDS
         );
+        assert!(args.contains(&format!("--drain-timeout={DRAIN_SECONDS}")));
         let sc = c.security_context.as_ref().expect("securityContext");
         assert_eq!(sc.run_as_non_root, Some(true));
         assert_eq!(sc.read_only_root_filesystem, Some(true));
@@ -243,10 +330,7 @@ mod tests {
         assert_eq!(labels[TIER_LABEL], "q4_0");
         assert_eq!(labels[pacer_crds::INFERENCESERVICE_LABEL], "smol");
         let rolling = spec.strategy.and_then(|s| s.rolling_update).expect("rolling update");
-        assert_eq!(
-            rolling.max_unavailable,
-            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0))
-        );
+        assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
     }
 
     #[test]
@@ -276,5 +360,32 @@ mod tests {
         assert_eq!(args.last().map(String::as_str), Some("--kv-cache-tokens=4096"));
         assert!(args.iter().any(|a| a == "--threads=2"));
         assert!(pod.tolerations.is_none() && pod.init_containers.is_none() && pod.node_selector.is_none());
+    }
+
+    #[test]
+    fn the_batch_lever_leaves_the_template_alone_and_the_tier_lever_does_not() {
+        let isvc = fixtures::isvc();
+        let template = |l: &Levers| deployment(&isvc, l).spec.map(|s| s.template);
+        let batch = Levers { max_batch_size: 31, batch_wait_ms: 17, ..levers() };
+        assert_eq!(template(&levers()), template(&batch));
+        let tier = Levers { tier: Tier::Native, ..levers() };
+        assert_ne!(template(&levers()), template(&tier));
+    }
+
+    #[test]
+    fn removed_spec_fields_leave_the_built_object() {
+        let mut isvc = fixtures::isvc();
+        isvc.spec.engine.node_selector = [("pool".to_string(), "a".to_string())].into();
+        isvc.spec.engine.env = vec![EnvVar { name: "X".into(), value: Some("1".into()), value_from: None }];
+        let with = serde_json::to_value(deployment(&isvc, &levers())).expect("json");
+        let pod = &with["spec"]["template"]["spec"];
+        assert_eq!(pod["nodeSelector"]["pool"], "a");
+        assert_eq!(pod["containers"][0]["env"][0]["name"], "X");
+        isvc.spec.engine.node_selector.clear();
+        isvc.spec.engine.env.clear();
+        let without = serde_json::to_value(deployment(&isvc, &levers())).expect("json");
+        let pod = &without["spec"]["template"]["spec"];
+        assert!(pod.get("nodeSelector").is_none() && pod["containers"][0].get("env").is_none());
+        assert_ne!(crate::apply::fingerprint(&with), crate::apply::fingerprint(&without));
     }
 }

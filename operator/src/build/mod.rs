@@ -7,8 +7,10 @@ mod deployment;
 mod monitoring;
 
 pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, settings_json};
-pub use deployment::{ENGINE_CONTAINER, HTTP_PORT, deployment};
-pub use monitoring::{pdb, pod_monitor, pod_monitor_resource, service};
+pub use deployment::{
+    DRAIN_SECONDS, ENGINE_CONTAINER, HTTP_PORT, PRE_STOP_SLEEP_SECONDS, TERMINATION_GRACE_SECONDS, deployment,
+};
+pub use monitoring::{PodMonitor, PodMonitorSpec, pdb, pod_monitor, service};
 
 pub use crate::planner::Levers;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -43,6 +45,27 @@ pub enum SpecError {
         /// What the spec holds.
         value: String,
     },
+    /// The API server refused a child built from the spec: something the CRD's rules let
+    /// through (or an older CRD did) that the child's own validation refuses.
+    #[error("the API server rejected {kind} {name}: {message}")]
+    ChildRejected {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+        /// The API server's message.
+        message: String,
+    },
+}
+
+impl SpecError {
+    /// The condition reason for this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SpecError::Name(_) | SpecError::Duration { .. } => pacer_crds::conditions::reasons::INVALID_SPEC,
+            SpecError::ChildRejected { .. } => pacer_crds::conditions::reasons::CHILD_REJECTED,
+        }
+    }
 }
 
 /// Checks what the schema cannot (or what an older, less strict CRD let through).

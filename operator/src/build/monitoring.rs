@@ -1,77 +1,124 @@
 //! The Service in front of the engine pods, their PodDisruptionBudget, and the PodMonitor that
-//! tells a Prometheus Operator to scrape them with the labels METRICS.md names.
+//! tells a Prometheus Operator to scrape them with the labels METRICS.md names. All built from
+//! typed structs; the PodMonitor's are declared here (the fields Pacer sets, nothing more).
 
 use super::{HTTP_PORT, child_meta, selector_labels};
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::ResourceExt;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, ResourceExt};
 use pacer_crds::{INFERENCESERVICE_LABEL, InferenceService};
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 /// The engine Service: the OpenAI API and `/metrics` on port `http`.
 pub fn service(isvc: &InferenceService) -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": child_meta(isvc, isvc.name_any()),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector_labels(isvc),
-            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }))
-    .expect("the Service JSON matches its schema (tested)")
+    Service {
+        metadata: child_meta(isvc, isvc.name_any()),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector_labels(isvc)),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: HTTP_PORT,
+                target_port: Some(IntOrString::String("http".into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
 }
 
 /// At most one engine pod down for voluntary disruptions (node drains), so a drain never takes
 /// several replicas at once; a single replica may still be moved.
 pub fn pdb(isvc: &InferenceService) -> PodDisruptionBudget {
-    serde_json::from_value(json!({
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": child_meta(isvc, isvc.name_any()),
-        "spec": {
-            "maxUnavailable": 1,
-            "selector": {"matchLabels": selector_labels(isvc)},
+    PodDisruptionBudget {
+        metadata: child_meta(isvc, isvc.name_any()),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(isvc)),
+                ..LabelSelector::default()
+            }),
             // Pods that never became ready may be evicted: they serve nothing.
-            "unhealthyPodEvictionPolicy": "AlwaysAllow",
-        },
-    }))
-    .expect("the PodDisruptionBudget JSON matches its schema (tested)")
+            unhealthy_pod_eviction_policy: Some("AlwaysAllow".into()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    }
 }
 
-/// The Prometheus Operator's PodMonitor kind.
-pub fn pod_monitor_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PodMonitor"),
-        "podmonitors",
-    )
+/// The Prometheus Operator's PodMonitor (`monitoring.coreos.com/v1`), as far as Pacer sets it.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(group = "monitoring.coreos.com", version = "v1", kind = "PodMonitor", namespaced, schema = "disabled")]
+#[serde(rename_all = "camelCase")]
+pub struct PodMonitorSpec {
+    /// The pods to scrape.
+    pub selector: LabelSelector,
+    /// How to scrape them.
+    #[serde(default)]
+    pub pod_metrics_endpoints: Vec<PodMetricsEndpoint>,
+}
+
+/// One scrape endpoint of a PodMonitor.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodMetricsEndpoint {
+    /// The container port's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<String>,
+    /// The HTTP path of the metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The scrape interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Relabelings applied before ingestion.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub relabelings: Vec<RelabelConfig>,
+}
+
+/// One Prometheus relabeling: copy `sourceLabels` into `targetLabel`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RelabelConfig {
+    /// The labels whose values are joined.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_labels: Vec<String>,
+    /// The label written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_label: Option<String>,
 }
 
 /// A PodMonitor scraping the engines' `/metrics`, relabelling the pod label
 /// `serving.pacer.dev/inferenceservice` to `inferenceservice` (and keeping namespace and pod).
-pub fn pod_monitor(isvc: &InferenceService) -> DynamicObject {
+pub fn pod_monitor(isvc: &InferenceService) -> PodMonitor {
     let label_meta =
         format!("__meta_kubernetes_pod_label_{}", INFERENCESERVICE_LABEL.replace(['.', '/', '-'], "_"));
-    let mut obj = DynamicObject::new(&isvc.name_any(), &pod_monitor_resource());
-    obj.metadata = child_meta(isvc, isvc.name_any());
-    obj.data = json!({
-        "spec": {
-            "selector": {"matchLabels": selector_labels(isvc)},
-            "podMetricsEndpoints": [{
-                "port": "http",
-                "path": "/metrics",
-                "interval": "15s",
-                "relabelings": [
-                    {"sourceLabels": [label_meta], "targetLabel": "inferenceservice"},
-                    {"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "namespace"},
-                    {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "pod"},
+    let relabel = |source: &str, target: &str| RelabelConfig {
+        source_labels: vec![source.to_string()],
+        target_label: Some(target.to_string()),
+    };
+    let mut pm = PodMonitor::new(
+        &isvc.name_any(),
+        PodMonitorSpec {
+            selector: LabelSelector { match_labels: Some(selector_labels(isvc)), ..LabelSelector::default() },
+            pod_metrics_endpoints: vec![PodMetricsEndpoint {
+                port: Some("http".into()),
+                path: Some("/metrics".into()),
+                interval: Some("15s".into()),
+                relabelings: vec![
+                    relabel(&label_meta, "inferenceservice"),
+                    relabel("__meta_kubernetes_namespace", "namespace"),
+                    relabel("__meta_kubernetes_pod_name", "pod"),
                 ],
             }],
         },
-    });
-    obj
+    );
+    pm.metadata = child_meta(isvc, isvc.name_any());
+    pm
 }
 
 #[cfg(test)]
@@ -91,13 +138,17 @@ mod tests {
 
     #[test]
     fn pod_monitor_relabels_the_inferenceservice_label() {
-        let pm = pod_monitor(&fixtures::isvc());
-        let relabel = &pm.data["spec"]["podMetricsEndpoints"][0]["relabelings"][0];
+        let pm = serde_json::to_value(pod_monitor(&fixtures::isvc())).expect("json");
+        let relabel = &pm["spec"]["podMetricsEndpoints"][0]["relabelings"][0];
         assert_eq!(
             relabel["sourceLabels"][0],
             "__meta_kubernetes_pod_label_serving_pacer_dev_inferenceservice"
         );
         assert_eq!(relabel["targetLabel"], "inferenceservice");
-        assert_eq!(pm.types.as_ref().map(|t| t.kind.as_str()), Some("PodMonitor"));
+        assert_eq!(
+            (pm["apiVersion"].as_str(), pm["kind"].as_str()),
+            (Some("monitoring.coreos.com/v1"), Some("PodMonitor"))
+        );
+        assert_eq!(pm["metadata"]["ownerReferences"][0]["name"], "smol");
     }
 }
