@@ -8,6 +8,7 @@
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
+//! - [`simulate`]: a calibrated discrete-event simulator of a service under a scaling policy.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod controller;
 pub mod error;
 pub mod leader;
 pub mod planner;
+pub mod simulate;
 pub mod status;
 pub mod telemetry;
 
