@@ -76,8 +76,12 @@ fn static_replicas_below_the_load_violate_and_enough_meet() {
     let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
     assert!(one > 0.2 && one < 20.0, "one replica holds {one} req/s");
     let t = trace(Shape::Steady, 2.0 * one, 1800.0, 3);
-    let few = simulate(&c, &t, &mut Static { replicas: 1 }).expect("run").summary;
-    let enough = simulate(&c, &t, &mut Static { replicas: 4 }).expect("run").summary;
+    let run = |n: i32| {
+        let mut c = c.clone();
+        c.initial.replicas = n;
+        simulate(&c, &t, &mut Static { replicas: n }).expect("run").summary
+    };
+    let (few, enough) = (run(1), run(4));
     assert!(few.attainment < 0.5, "1 replica at twice its capacity: {}", few.attainment);
     assert!(enough.attainment >= 0.99, "4 replicas at twice one's capacity: {}", enough.attainment);
     assert!(enough.replica_seconds > 3.9 * few.replica_seconds);
@@ -103,9 +107,12 @@ fn pacer_recovers_from_a_step_and_gives_the_replicas_back() {
 
 #[test]
 fn pacer_holds_still_under_a_stationary_load() {
-    let c = config("");
+    let mut c = config("");
     let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
+    // Started at the size the load needs: a stationary load, not a step from the minimum.
     let t = trace(Shape::Steady, 2.5 * one, 7200.0, 9);
+    let caps: Vec<f64> = (1..=8).map(|n| calibrate::capacity(&c, n, LENGTHS).expect("capacity")).collect();
+    c.initial.replicas = caps.iter().position(|cap| *cap >= 2.5 * one).expect("fits") as i32 + 1;
     let o = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");
     let per_hour = o.summary.stationary_changes_per_hour.expect("stationary");
     assert!(per_hour <= 2.0, "{per_hour} changes per hour: {:?}", o.decisions);
