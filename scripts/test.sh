@@ -28,6 +28,7 @@ step "cluster binaries (Kubernetes $KUBERNETES_NEWEST and $KUBERNETES_OLDEST)"
 scripts/build-cluster-bins.sh --kubernetes "$KUBERNETES_NEWEST" >/dev/null
 scripts/build-cluster-bins.sh --kubernetes "$KUBERNETES_OLDEST" >/dev/null
 export PACER_KUBERNETES_VERSION="$KUBERNETES_NEWEST"
+step "prometheus"; PACER_PROMETHEUS_BIN=$(scripts/build-prometheus.sh); export PACER_PROMETHEUS_BIN
 
 step "format"
 cargo fmt --all -- --check

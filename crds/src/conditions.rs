@@ -8,6 +8,15 @@ pub const PROGRESSING: &str = "Progressing";
 /// The spec could not be turned into engine pods; the operator waits for a change.
 pub const SPEC_VALID: &str = "SpecValid";
 
+/// Every SLA dimension is within its target at the SLA percentile (Unknown without metrics).
+pub const SLA_MET: &str = "SLAMet";
+/// The planner has fresh metrics with enough samples to judge the SLA.
+pub const METRICS_AVAILABLE: &str = "MetricsAvailable";
+/// The engines run a faster, less precise tier than the preferred one.
+pub const DEGRADED: &str = "Degraded";
+/// Replicas are at their maximum (and the tier at its fastest allowed) and the SLA is still violated.
+pub const SCALING_LIMITED: &str = "ScalingLimited";
+
 /// Reasons, in CamelCase as the Kubernetes API conventions ask.
 pub mod reasons {
     /// All desired replicas are ready.
@@ -24,6 +33,14 @@ pub mod reasons {
     pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
     /// The spec was accepted.
     pub const ACCEPTED: &str = "Accepted";
+    /// The tier is the preferred one.
+    pub const PREFERRED_TIER: &str = "PreferredTier";
+    /// Running below the preferred tier to hold the SLA.
+    pub const BELOW_PREFERRED_TIER: &str = "BelowPreferredTier";
+    /// Replicas below max, or the SLA met.
+    pub const WITHIN_LIMITS: &str = "WithinLimits";
+    /// No metrics source is configured for the operator.
+    pub const NO_METRICS_SOURCE: &str = "NoMetricsSource";
     /// The spec passed the schema but cannot be built (e.g. a name too long for its children).
     pub const INVALID_SPEC: &str = "InvalidSpec";
 }

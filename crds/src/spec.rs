@@ -375,7 +375,7 @@ pub struct BatchWaitRange {
 }
 
 /// A quantization tier of the engine's weights (`pacer-engine --tier`).
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Tier {
     /// Full precision.
     #[serde(rename = "f32")]

@@ -34,6 +34,12 @@ pub struct InferenceServiceStatus {
     /// The label selector of the engine pods, as a string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
+    /// The SLA as last observed: percentiles against targets, sample counts, load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<ObservedSla>,
+    /// The planner's last decision that moved (or, in Advisory mode, recommended moving) a lever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<LastDecision>,
     /// Short strings for `kubectl get` columns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<StatusSummary>,
@@ -51,4 +57,59 @@ pub struct StatusSummary {
     pub itl: String,
     /// `Met`, `Violated`, or `Unknown` while there are no fresh metrics.
     pub sla: String,
+}
+
+/// The SLA dimensions as the planner last saw them, over `window` at `percentile`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedSla {
+    /// When the metrics were read (RFC 3339).
+    pub time: String,
+    /// The window the percentiles cover, e.g. `5m`.
+    pub window: String,
+    /// The percentile, e.g. 95.
+    pub percentile: f64,
+    /// Time to first token at the percentile, ms (absent without enough samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// Inter-token latency at the percentile, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_ms: Option<f64>,
+    /// End-to-end latency at the percentile, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<f64>,
+    /// Requests the TTFT percentile rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_samples: Option<f64>,
+    /// Token gaps the ITL percentile rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl_samples: Option<f64>,
+    /// Finished requests per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
+    /// Generated tokens per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_per_second: Option<f64>,
+}
+
+/// One planner decision: when, which lever, from and to, why.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastDecision {
+    /// When it was decided (RFC 3339).
+    pub time: String,
+    /// `replicas`, `batch` or `tier`.
+    pub lever: String,
+    /// `up` or `down`.
+    pub direction: String,
+    /// The value before.
+    pub from: String,
+    /// The value after.
+    pub to: String,
+    /// A machine-readable reason, e.g. `TTFTViolated`.
+    pub reason: String,
+    /// One sentence for people.
+    pub message: String,
+    /// False in Advisory mode, where the decision is only recommended.
+    pub applied: bool,
 }

@@ -7,6 +7,8 @@
 use crate::apply::{Outcome, apply};
 use crate::build::{self, Levers, MANAGED_BY};
 use crate::error::Error;
+use crate::planner::{Quantile, Reason, SlaState};
+use crate::sla::{Evaluation, SlaLoop};
 use crate::status::{self, Observed};
 use crate::telemetry::Metrics;
 use futures::StreamExt;
@@ -44,6 +46,8 @@ pub struct Context {
     pub pod_monitors: bool,
     /// The clock, injectable for tests.
     pub now: fn() -> Time,
+    /// The SLA planner and its metrics; `None` without a metrics source (levers stay as set).
+    pub sla: Option<SlaLoop>,
     /// Consecutive failures per object, for the retry backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<InferenceService>, u32>>,
 }
@@ -109,6 +113,7 @@ pub async fn run(
     scope: Scope,
     metrics: Arc<Metrics>,
     instance: String,
+    sla: Option<SlaLoop>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
     let pod_monitors = pod_monitor_served(&client).await;
@@ -129,6 +134,7 @@ pub async fn run(
         stores: stores.clone(),
         pod_monitors,
         now: || Time(Timestamp::now()),
+        sla,
         failures: Default::default(),
     });
 
@@ -139,6 +145,11 @@ pub async fn run(
         .owns_stream(configmap_events)
         .owns_stream(pdb_events)
         .graceful_shutdown_on(shutdown);
+    // One observer task reads the metrics of every InferenceService the controller knows.
+    let observer_task = ctx.sla.as_ref().map(|sla| {
+        tracing::info!(source = %sla.observer.describe(), profiled_tiers = !sla.model.is_empty(), "SLA planner on");
+        tokio::spawn(sla.observer.clone().run(controller.store(), ctx.metrics.clone()))
+    });
     // Ready once every child cache is filled (reconciles wait for the same, see `Stores::ready`).
     let (readiness_stores, readiness_metrics) = (stores.clone(), ctx.metrics.clone());
     tokio::spawn(async move {
@@ -153,6 +164,9 @@ pub async fn run(
             }
         })
         .await;
+    if let Some(task) = observer_task {
+        task.abort();
+    }
     Ok(())
 }
 
@@ -184,20 +198,25 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
     tracing::debug!("reconciling");
     if isvc.metadata.deletion_timestamp.is_some() {
         // Owner references let the garbage collector remove the children.
+        if let Some(sla) = &ctx.sla {
+            sla.forget(&isvc);
+            forget_gauges(&ctx, &isvc);
+        }
         return Ok(Action::await_change());
     }
     let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
     // Before the child caches are filled every child would look missing and be re-applied.
     ctx.stores.ready().await;
-    let levers = Levers::current(&isvc);
+    let current = Levers::current(&isvc);
     let now = (ctx.now)();
 
     if let Err(spec_error) = build::validate(&isvc) {
         let next = status::desired(&Observed {
             isvc: &isvc,
-            levers: &levers,
+            levers: &current,
             deployment: None,
             spec_error: Some(&spec_error),
+            planner: None,
             now,
         });
         if status::changed(isvc.status.as_ref(), &next) {
@@ -210,6 +229,10 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
 
     let client = &ctx.client;
     let stores = &ctx.stores;
+    // Decide the levers from the SLA (on the evaluation interval), then build for them.
+    let live = stores.deployments.get(&ObjectRef::new(&isvc.name_any()).within(&ns));
+    let evaluation = ctx.sla.as_ref().map(|sla| sla.evaluate(&isvc, current, live.as_deref(), &now));
+    let levers = evaluation.as_ref().map_or(current, |e| e.levers);
     let deployment = apply_child(
         &ctx,
         &isvc,
@@ -238,6 +261,7 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
         levers: &levers,
         deployment: Some(&deployment),
         spec_error: None,
+        planner: evaluation.as_ref().map(|e| &e.outcome),
         now,
     });
     if status::changed(isvc.status.as_ref(), &next) {
@@ -254,12 +278,62 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
             publish(&ctx, &isvc, kind, reason, "Observe", ready.message.clone()).await;
         }
     }
+    if let Some(e) = evaluation.as_ref().filter(|e| e.decided_now) {
+        record_decision(&ctx, &isvc, e).await;
+    }
     ctx.metrics.reconciles.with_label_values(&["ok"]).inc();
     tracing::debug!(replicas = levers.replicas, tier = %levers.tier, "reconciled");
     if let Ok(mut failures) = ctx.failures.lock() {
         failures.remove(&ObjectRef::from_obj(&*isvc));
     }
     Ok(Action::requeue(build::evaluation_interval(&isvc)))
+}
+
+/// The operator's metrics, a log line and an Event for a decision the planner just made.
+async fn record_decision(ctx: &Context, isvc: &InferenceService, e: &Evaluation) {
+    let d = &e.outcome.decision;
+    let (ns, name) = (isvc.namespace().unwrap_or_default(), isvc.name_any());
+    let sla_value = match d.sla {
+        SlaState::Met => 1.0,
+        SlaState::Violated => 0.0,
+        SlaState::Unknown => -1.0,
+    };
+    ctx.metrics.sla_met.with_label_values(&[&ns, &name]).set(sla_value);
+    let m = &e.outcome.observation.metrics;
+    for (dimension, q) in [("ttft", &m.ttft), ("itl", &m.itl), ("e2e", &m.e2e)] {
+        match q {
+            Quantile::Value { seconds, .. } => {
+                ctx.metrics.observed.with_label_values(&[&ns, &name, dimension]).set(*seconds)
+            }
+            _ => {
+                // No signal: no series, rather than a stale value that looks current.
+                let _ = ctx.metrics.observed.remove_label_values(&[&ns, &name, dimension]);
+            }
+        }
+    }
+    tracing::info!(reason = d.reason.as_str(), sla = d.sla.as_str(), message = %d.message, "evaluated the SLA");
+    let Some(change) = &d.change else { return };
+    let applied = d.levers == d.recommended;
+    // In Advisory mode the same recommendation repeats every interval: announce it once.
+    if !applied && e.previous_recommendation == Some(d.recommended) {
+        return;
+    }
+    ctx.metrics
+        .decisions
+        .with_label_values(&[change.lever.as_str(), change.direction.as_str(), d.reason.as_str()])
+        .inc();
+    let warning = matches!(d.reason, Reason::DegradedForLatency | Reason::AtMaxReplicas);
+    let kind = if warning { EventType::Warning } else { EventType::Normal };
+    let action = if applied { "Decide" } else { "Recommend" };
+    publish(ctx, isvc, kind, d.reason.as_str(), action, d.message.clone()).await;
+}
+
+fn forget_gauges(ctx: &Context, isvc: &InferenceService) {
+    let (ns, name) = (isvc.namespace().unwrap_or_default(), isvc.name_any());
+    let _ = ctx.metrics.sla_met.remove_label_values(&[&ns, &name]);
+    for dimension in ["ttft", "itl", "e2e"] {
+        let _ = ctx.metrics.observed.remove_label_values(&[&ns, &name, dimension]);
+    }
 }
 
 /// Applies one typed child if it drifted from `desired`, with an Event when it changed.

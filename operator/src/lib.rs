@@ -7,6 +7,10 @@
 //! - [`apply`]: server-side apply of what drifted, nothing for what did not.
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
+//! - [`metrics_source`]: the planner's observations from Prometheus (PromQL), and histogram
+//!   maths for local mode's scraper.
+//! - [`observer`]: the task that refreshes them for every InferenceService, once per tick.
+//! - [`sla`]: the planner inside a reconcile.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
 //! - [`simulate`]: a calibrated discrete-event simulator of a service under a scaling policy.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
@@ -17,8 +21,11 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
+pub mod metrics_source;
+pub mod observer;
 pub mod planner;
 pub mod simulate;
+pub mod sla;
 pub mod status;
 pub mod telemetry;
 

@@ -10,8 +10,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use pacer_operator::controller::{self, Scope};
 use pacer_operator::leader::{Elector, Timing};
+use pacer_operator::metrics_source::{MetricsSource, PrometheusArgs, PrometheusSource};
+use pacer_operator::observer::Observer;
+use pacer_operator::planner::{CapacityModel, EngineProfile};
+use pacer_operator::sla::SlaLoop;
 use pacer_operator::telemetry::{self, Metrics};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
@@ -39,7 +45,7 @@ enum Command {
     /// Print the InferenceService CustomResourceDefinition as YAML.
     Crd,
     /// Reconcile InferenceServices in the cluster of the kubeconfig (or in-cluster config).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Simulate a service under a scaling policy on a virtual clock (no cluster, no engines).
     Simulate(SimulateArgs),
 }
@@ -58,7 +64,7 @@ struct SimulateArgs {
     policy: String,
     /// InferenceService YAML whose SLA, ranges and policy to simulate [default: a built-in one].
     #[arg(long, env = "PACER_SIM_SPEC")]
-    spec: Option<std::path::PathBuf>,
+    spec: Option<PathBuf>,
     /// Hours of simulated time.
     #[arg(long, env = "PACER_SIM_HOURS", default_value_t = 1.0)]
     hours: f64,
@@ -76,7 +82,7 @@ struct SimulateArgs {
     compare: bool,
     /// Folder for the summary, timeline and pictures.
     #[arg(long, env = "PACER_SIM_OUT")]
-    out: std::path::PathBuf,
+    out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -102,6 +108,17 @@ struct RunArgs {
     /// Seconds a Lease stays valid without renewal.
     #[arg(long, env = "PACER_LEASE_DURATION", default_value_t = 15)]
     lease_duration: u64,
+    /// Where the SLA metrics come from. Without `--prometheus-url` the planner is off: the
+    /// levers stay at their initial values and `SLAMet` is Unknown.
+    #[command(flatten)]
+    prometheus: PrometheusArgs,
+    /// Seconds between two reads of the SLA metrics (for every InferenceService at once).
+    #[arg(long, env = "PACER_METRICS_INTERVAL", default_value_t = 15)]
+    metrics_interval: u64,
+    /// A directory of engine profiles (`pacer-engine profile` JSON, one per tier) that seed the
+    /// planner's capacity model; without them the planner is purely reactive.
+    #[arg(long, env = "PACER_PROFILES")]
+    profiles: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -117,7 +134,7 @@ fn main() -> Result<()> {
             .enable_all()
             .build()
             .context("starting the async runtime")?
-            .block_on(run(args)),
+            .block_on(run(*args)),
     }
 }
 
@@ -130,7 +147,11 @@ async fn run(args: RunArgs) -> Result<()> {
         lease_namespace,
         identity,
         lease_duration,
+        prometheus,
+        metrics_interval,
+        profiles,
     } = args;
+    let sla = sla_loop(&prometheus, metrics_interval, profiles.as_deref())?;
     let metrics = Metrics::new();
     let config = kube::Config::infer().await.context("reading the kubeconfig or in-cluster config")?;
     // Every request is counted by method and resource: the scale benchmark's "API calls per
@@ -200,7 +221,7 @@ async fn run(args: RunArgs) -> Result<()> {
         };
         let _ = lost_tx.send(lost_leadership);
     };
-    controller::run(client, Scope { namespace }, metrics.clone(), identity, shutdown).await?;
+    controller::run(client, Scope { namespace }, metrics.clone(), identity, sla, shutdown).await?;
     let lost_leadership = lost_rx.await.unwrap_or(false);
     let _ = stop_tx.send(true);
     if let Some(keeper) = keeper {
@@ -214,6 +235,7 @@ async fn run(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// `simulate`: one run, or every policy on every trace; prints the files written.
 fn simulate(args: SimulateArgs) -> Result<()> {
     use pacer_operator::simulate::{self as sim, compare};
     let SimulateArgs {
@@ -231,10 +253,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     let profiles = if profile == ["builtin"] {
         vec![sim::test_profile(pacer_crds::Tier::Q8_0), sim::test_profile(pacer_crds::Tier::Q4_0)]
     } else {
-        profile
-            .iter()
-            .map(|p| pacer_operator::planner::EngineProfile::read(std::path::Path::new(p)))
-            .collect::<Result<_, _>>()?
+        profile.iter().map(|p| EngineProfile::read(Path::new(p))).collect::<Result<_, _>>()?
     };
     let yaml = match &spec {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
@@ -256,6 +275,37 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         println!("{}", file.display());
     }
     Ok(())
+}
+
+/// The SLA loop, when a metrics source is configured.
+fn sla_loop(prometheus: &PrometheusArgs, interval: u64, profiles: Option<&Path>) -> Result<Option<SlaLoop>> {
+    let Some(source) =
+        PrometheusSource::from_args(prometheus).context("configuring the Prometheus source")?
+    else {
+        tracing::warn!("no --prometheus-url: the SLA planner is off and SLAMet stays Unknown");
+        return Ok(None);
+    };
+    let model = CapacityModel::new(match profiles {
+        Some(dir) => read_profiles(dir)?,
+        None => Vec::new(),
+    });
+    let source: Arc<dyn MetricsSource> = Arc::new(source);
+    let observer = Observer::new(source, std::time::Duration::from_secs(interval.max(1)));
+    Ok(Some(SlaLoop::new(observer, model)))
+}
+
+/// Every `*.json` engine profile in `dir`.
+fn read_profiles(dir: &Path) -> Result<Vec<EngineProfile>> {
+    let mut profiles = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading profiles in {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let profile = EngineProfile::read(&path)?;
+            tracing::info!(tier = %profile.tier, path = %path.display(), "engine profile");
+            profiles.push(profile);
+        }
+    }
+    Ok(profiles)
 }
 
 async fn shutdown_signal() {

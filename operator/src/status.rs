@@ -3,11 +3,12 @@
 //! the same, so an unchanged world produces an identical status and no write.
 
 use crate::build::{self, Levers, SpecError};
+use crate::planner::{Decision, Observation, Quantile, SlaState};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use pacer_crds::conditions::{self, reasons};
-use pacer_crds::{InferenceService, InferenceServiceStatus, StatusSummary};
+use pacer_crds::{InferenceService, InferenceServiceStatus, LastDecision, ObservedSla, StatusSummary};
 
 /// What the status is computed from.
 pub struct Observed<'a> {
@@ -19,8 +20,21 @@ pub struct Observed<'a> {
     pub deployment: Option<&'a Deployment>,
     /// Set when the spec cannot be built.
     pub spec_error: Option<&'a SpecError>,
+    /// The planner's latest evaluation; `None` when the operator has no metrics source.
+    pub planner: Option<&'a PlannerOutcome>,
     /// The time to stamp on conditions that change.
     pub now: Time,
+}
+
+/// The planner's latest evaluation of one InferenceService.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannerOutcome {
+    /// What it decided.
+    pub decision: Decision,
+    /// What it saw.
+    pub observation: Observation,
+    /// When.
+    pub at: Time,
 }
 
 /// The status for what was observed.
@@ -29,32 +43,32 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
     let generation = isvc.metadata.generation;
     let previous = isvc.status.as_ref();
     let sla = &isvc.spec.sla;
-    let mut found: Vec<(&str, bool, &str, String)> = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
 
     let (ready, desired_replicas) = match o.spec_error {
         Some(err) => {
-            found.push((conditions::SPEC_VALID, false, reasons::INVALID_SPEC, err.to_string()));
+            found.push((conditions::SPEC_VALID, FALSE, reasons::INVALID_SPEC, err.to_string()));
             found.push((
                 conditions::READY,
-                false,
+                FALSE,
                 reasons::INVALID_SPEC,
                 "the spec cannot be built; fix it and the operator retries".into(),
             ));
             (0, previous.and_then(|s| s.replicas).unwrap_or(0))
         }
         None => {
-            found.push((conditions::SPEC_VALID, true, reasons::ACCEPTED, "the spec was accepted".into()));
+            found.push((conditions::SPEC_VALID, TRUE, reasons::ACCEPTED, "the spec was accepted".into()));
             let (ready, ready_cond, progressing) = rollout(o.deployment, o.levers.replicas);
             found.push(ready_cond);
             found.push(progressing);
+            found.extend(sla_conditions(isvc, o.levers, o.planner));
             (ready, o.levers.replicas)
         }
     };
 
     let conditions = found
         .into_iter()
-        .map(|(type_, ok, reason, message)| {
-            let status = if ok { "True" } else { "False" };
+        .map(|(type_, status, reason, message)| {
             let kept = previous
                 .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
                 .filter(|c| c.status == status)
@@ -70,6 +84,15 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
         })
         .collect();
 
+    let observed =
+        o.planner.map(|p| observed_sla(isvc, p)).or_else(|| previous.and_then(|s| s.observed.clone()));
+    let last_decision =
+        o.planner.and_then(last_decision).or_else(|| previous.and_then(|s| s.last_decision.clone()));
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}ms"));
+    let sla_state = match o.planner {
+        Some(p) if o.spec_error.is_none() => p.decision.sla.as_str(),
+        _ => SlaState::Unknown.as_str(),
+    };
     InferenceServiceStatus {
         observed_generation: generation,
         conditions,
@@ -81,15 +104,112 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
         selector: Some(build::selector_string(isvc)),
         summary: Some(StatusSummary {
             replicas: format!("{ready}/{desired_replicas}"),
-            // Observed percentiles arrive with the planner; until a window is observed, say so.
-            ttft: format!("-/{}ms", sla.ttft_ms),
-            itl: format!("-/{}ms", sla.itl_ms),
-            sla: "Unknown".into(),
+            ttft: format!("{}/{}ms", ms(observed.as_ref().and_then(|x| x.ttft_ms)), sla.ttft_ms),
+            itl: format!("{}/{}ms", ms(observed.as_ref().and_then(|x| x.itl_ms)), sla.itl_ms),
+            sla: sla_state.into(),
         }),
+        observed,
+        last_decision,
     }
 }
 
-type Found = (&'static str, bool, &'static str, String);
+/// A condition: type, status (`True`, `False`, `Unknown`), reason, message.
+type Found = (&'static str, &'static str, &'static str, String);
+const TRUE: &str = "True";
+const FALSE: &str = "False";
+const UNKNOWN: &str = "Unknown";
+
+/// SLAMet, MetricsAvailable, Degraded and ScalingLimited from the planner's latest evaluation.
+fn sla_conditions(isvc: &InferenceService, levers: &Levers, planner: Option<&PlannerOutcome>) -> Vec<Found> {
+    let preferred = isvc.spec.quantization.preferred();
+    let degraded = if levers.tier == preferred {
+        (
+            conditions::DEGRADED,
+            FALSE,
+            reasons::PREFERRED_TIER,
+            format!("running the preferred tier {preferred}"),
+        )
+    } else {
+        (
+            conditions::DEGRADED,
+            TRUE,
+            reasons::BELOW_PREFERRED_TIER,
+            format!("running tier {} below the preferred {preferred} to hold the SLA", levers.tier),
+        )
+    };
+    let Some(p) = planner else {
+        let why =
+            "the operator has no metrics source (--prometheus-url); the SLA is not evaluated".to_string();
+        return vec![
+            (conditions::SLA_MET, UNKNOWN, reasons::NO_METRICS_SOURCE, why.clone()),
+            (conditions::METRICS_AVAILABLE, FALSE, reasons::NO_METRICS_SOURCE, why),
+            degraded,
+        ];
+    };
+    let d = &p.decision;
+    let m = &p.observation.metrics;
+    let has_signal = matches!(m.ttft, Quantile::Value { .. }) || matches!(m.itl, Quantile::Value { .. });
+    let available = if d.reason.is_blind() || !has_signal {
+        (conditions::METRICS_AVAILABLE, FALSE, d.reason.as_str(), d.message.clone())
+    } else {
+        let n = m.ttft.samples().unwrap_or(0.0);
+        (
+            conditions::METRICS_AVAILABLE,
+            TRUE,
+            "MetricsFresh",
+            format!("fresh metrics; the percentiles rest on {n:.0} requests"),
+        )
+    };
+    let sla = &isvc.spec.sla;
+    let targets = format!("TTFT ≤ {}ms and ITL ≤ {}ms at P{}", sla.ttft_ms, sla.itl_ms, sla.percentile);
+    let met = match d.sla {
+        SlaState::Met => (conditions::SLA_MET, TRUE, "WithinTarget", format!("{targets}: met")),
+        SlaState::Violated => (conditions::SLA_MET, FALSE, "OverTarget", format!("{targets}: {}", d.message)),
+        SlaState::Unknown => (conditions::SLA_MET, UNKNOWN, d.reason.as_str(), d.message.clone()),
+    };
+    let limited = if d.scaling_limited {
+        (conditions::SCALING_LIMITED, TRUE, d.reason.as_str(), d.message.clone())
+    } else {
+        (
+            conditions::SCALING_LIMITED,
+            FALSE,
+            reasons::WITHIN_LIMITS,
+            "the planner has room to act".to_string(),
+        )
+    };
+    vec![met, available, degraded, limited]
+}
+
+fn observed_sla(isvc: &InferenceService, p: &PlannerOutcome) -> ObservedSla {
+    let m = &p.observation.metrics;
+    let ms = |q: &Quantile| q.seconds().map(|s| (s * 1e4).round() / 10.0);
+    ObservedSla {
+        time: p.at.0.to_string(),
+        window: isvc.spec.sla.window.clone(),
+        percentile: isvc.spec.sla.percentile,
+        ttft_ms: ms(&m.ttft),
+        itl_ms: ms(&m.itl),
+        e2e_ms: ms(&m.e2e),
+        ttft_samples: m.ttft.samples().map(f64::round),
+        itl_samples: m.itl.samples().map(f64::round),
+        request_rate: m.request_rate.map(|r| (r * 1000.0).round() / 1000.0),
+        output_tokens_per_second: m.output_token_rate.map(|r| (r * 10.0).round() / 10.0),
+    }
+}
+
+fn last_decision(p: &PlannerOutcome) -> Option<LastDecision> {
+    let change = p.decision.change.as_ref()?;
+    Some(LastDecision {
+        time: p.at.0.to_string(),
+        lever: change.lever.as_str().into(),
+        direction: change.direction.as_str().into(),
+        from: change.from.clone(),
+        to: change.to.clone(),
+        reason: p.decision.reason.as_str().into(),
+        message: p.decision.message.clone(),
+        applied: p.decision.levers == p.decision.recommended,
+    })
+}
 
 /// Ready replicas, the Ready condition and the Progressing condition from the Deployment.
 fn rollout(deployment: Option<&Deployment>, desired: i32) -> (i32, Found, Found) {
@@ -97,8 +217,8 @@ fn rollout(deployment: Option<&Deployment>, desired: i32) -> (i32, Found, Found)
         let msg = "the engine Deployment does not exist yet".to_string();
         return (
             0,
-            (conditions::READY, false, reasons::DEPLOYMENT_PENDING, msg.clone()),
-            (conditions::PROGRESSING, true, reasons::DEPLOYMENT_PENDING, msg),
+            (conditions::READY, FALSE, reasons::DEPLOYMENT_PENDING, msg.clone()),
+            (conditions::PROGRESSING, TRUE, reasons::DEPLOYMENT_PENDING, msg),
         );
     };
     let status = d.status.clone().unwrap_or_default();
@@ -113,21 +233,21 @@ fn rollout(deployment: Option<&Deployment>, desired: i32) -> (i32, Found, Found)
     let ready_cond = if !current_generation {
         (
             conditions::READY,
-            false,
+            FALSE,
             reasons::DEPLOYMENT_PENDING,
             format!("Deployment {name} has not observed the latest change yet"),
         )
     } else if ready >= desired && available >= desired {
         (
             conditions::READY,
-            true,
+            TRUE,
             reasons::REPLICAS_READY,
             format!("{ready}/{desired} engine replicas are ready"),
         )
     } else {
         (
             conditions::READY,
-            false,
+            FALSE,
             reasons::REPLICAS_NOT_READY,
             format!("{ready}/{desired} engine replicas are ready"),
         )
@@ -141,21 +261,21 @@ fn rollout(deployment: Option<&Deployment>, desired: i32) -> (i32, Found, Found)
     let progressing = if deadline_exceeded {
         (
             conditions::PROGRESSING,
-            false,
+            FALSE,
             reasons::PROGRESS_DEADLINE_EXCEEDED,
             format!("Deployment {name} made no progress within its deadline; see its pods' events"),
         )
     } else if !current_generation || updated < desired || total > updated || available < desired {
         (
             conditions::PROGRESSING,
-            true,
+            TRUE,
             reasons::ROLLING_OUT,
             format!("rolling out: {updated}/{desired} replicas updated, {available} available"),
         )
     } else {
         (
             conditions::PROGRESSING,
-            false,
+            FALSE,
             reasons::ROLLOUT_COMPLETE,
             format!("{desired} replicas run the current template"),
         )
@@ -177,6 +297,7 @@ pub fn condition<'a>(status: Option<&'a InferenceServiceStatus>, type_: &str) ->
 mod tests {
     use super::*;
     use crate::build::fixtures;
+    use crate::planner::Reason;
     use k8s_openapi::api::apps::v1::DeploymentStatus;
     use k8s_openapi::jiff::Timestamp;
 
@@ -205,7 +326,7 @@ mod tests {
         d: Option<&Deployment>,
         now: i64,
     ) -> InferenceServiceStatus {
-        desired(&Observed { isvc, levers, deployment: d, spec_error: None, now: at(now) })
+        desired(&Observed { isvc, levers, deployment: d, spec_error: None, planner: None, now: at(now) })
     }
 
     fn cond<'a>(s: &'a InferenceServiceStatus, t: &str) -> &'a Condition {
@@ -257,6 +378,7 @@ mod tests {
             levers: &levers,
             deployment: None,
             spec_error: Some(&err),
+            planner: None,
             now: at(1),
         });
         assert_eq!(cond(&s, conditions::SPEC_VALID).status, "False");
@@ -279,5 +401,124 @@ mod tests {
         }
         let s = status_of(&isvc, &Levers::initial(&isvc), Some(&d), 1);
         assert_eq!(cond(&s, conditions::PROGRESSING).reason, reasons::PROGRESS_DEADLINE_EXCEEDED);
+    }
+
+    fn outcome(sla: SlaState, ttft: f64, reason: Reason, change: bool, applied: bool) -> PlannerOutcome {
+        use crate::planner::{Change, Direction, Freshness, History, Lever, Observation, ServiceMetrics};
+        let isvc = fixtures::isvc();
+        let current = Levers::initial(&isvc);
+        let recommended = if change { Levers { replicas: 2, ..current } } else { current };
+        let mut metrics = ServiceMetrics::missing();
+        metrics.ttft = Quantile::from_parts(Some(ttft), Some(300.0));
+        metrics.itl = Quantile::from_parts(Some(0.02), Some(9000.0));
+        PlannerOutcome {
+            decision: Decision {
+                levers: if applied { recommended } else { current },
+                recommended,
+                change: change.then(|| Change {
+                    lever: Lever::Replicas,
+                    direction: Direction::Up,
+                    from: "1".into(),
+                    to: "2".into(),
+                }),
+                reason,
+                message: "TTFT is at 150% of target: replicas 1 → 2".into(),
+                sla,
+                degraded: false,
+                scaling_limited: false,
+                history: History::default(),
+            },
+            observation: Observation {
+                at: 5.0,
+                freshness: Freshness::Fresh,
+                metrics,
+                ready_replicas: 1,
+                desired_replicas: 1,
+            },
+            at: at(5),
+        }
+    }
+
+    #[test]
+    fn the_sla_conditions_and_columns_tell_what_the_planner_saw() {
+        use crate::planner::Reason;
+        let isvc = fixtures::isvc();
+        let levers = Levers::initial(&isvc);
+        let p = outcome(SlaState::Violated, 0.6, Reason::TtftViolated, true, true);
+        let s = desired(&Observed {
+            isvc: &isvc,
+            levers: &levers,
+            deployment: Some(&deployment(1, 1, 1, 1, 1)),
+            spec_error: None,
+            planner: Some(&p),
+            now: at(5),
+        });
+        assert_eq!(cond(&s, conditions::SLA_MET).status, "False");
+        assert_eq!(cond(&s, conditions::METRICS_AVAILABLE).status, "True");
+        assert_eq!(cond(&s, conditions::DEGRADED).status, "False");
+        assert_eq!(cond(&s, conditions::SCALING_LIMITED).status, "False");
+        let summary = s.summary.clone().expect("summary");
+        assert_eq!(
+            (summary.ttft.as_str(), summary.itl.as_str(), summary.sla.as_str()),
+            ("600ms/400ms", "20ms/60ms", "Violated")
+        );
+        let observed = s.observed.clone().expect("observed");
+        assert_eq!((observed.ttft_ms, observed.ttft_samples), (Some(600.0), Some(300.0)));
+        let last = s.last_decision.clone().expect("a decision");
+        assert_eq!(
+            (last.lever.as_str(), last.to.as_str(), last.reason.as_str(), last.applied),
+            ("replicas", "2", "TTFTViolated", true)
+        );
+
+        // A later evaluation that holds keeps the last decision in status.
+        let mut later = isvc.clone();
+        later.status = Some(s);
+        let hold = outcome(SlaState::Met, 0.2, Reason::SlaMet, false, true);
+        let s2 = desired(&Observed {
+            isvc: &later,
+            levers: &levers,
+            deployment: Some(&deployment(1, 1, 1, 1, 1)),
+            spec_error: None,
+            planner: Some(&hold),
+            now: at(6),
+        });
+        assert_eq!(cond(&s2, conditions::SLA_MET).status, "True");
+        assert_eq!(s2.last_decision, later.status.as_ref().and_then(|x| x.last_decision.clone()));
+
+        // Advisory: recommended, not applied.
+        let advisory = outcome(SlaState::Violated, 0.6, Reason::TtftViolated, true, false);
+        let s3 = desired(&Observed {
+            isvc: &isvc,
+            levers: &levers,
+            deployment: None,
+            spec_error: None,
+            planner: Some(&advisory),
+            now: at(7),
+        });
+        assert!(!s3.last_decision.expect("recommendation").applied);
+    }
+
+    #[test]
+    fn without_metrics_the_sla_is_unknown_and_says_why() {
+        use crate::planner::Reason;
+        let isvc = fixtures::isvc();
+        let levers = Levers::initial(&isvc);
+        let s = status_of(&isvc, &levers, Some(&deployment(1, 1, 1, 1, 1)), 1);
+        assert_eq!(cond(&s, conditions::SLA_MET).status, "Unknown");
+        assert_eq!(cond(&s, conditions::METRICS_AVAILABLE).reason, reasons::NO_METRICS_SOURCE);
+        assert_eq!(s.summary.expect("summary").sla, "Unknown");
+        let mut blind = outcome(SlaState::Unknown, 0.6, Reason::MetricsMissing, false, true);
+        blind.decision.message = "holding: no metrics (connection refused)".into();
+        let s = desired(&Observed {
+            isvc: &isvc,
+            levers: &levers,
+            deployment: None,
+            spec_error: None,
+            planner: Some(&blind),
+            now: at(1),
+        });
+        let available = cond(&s, conditions::METRICS_AVAILABLE);
+        assert_eq!((available.status.as_str(), available.reason.as_str()), ("False", "MetricsMissing"));
+        assert!(available.message.contains("connection refused"));
     }
 }

@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -25,6 +27,14 @@ pub struct Metrics {
     pub api_requests: IntCounterVec,
     /// 1 while this replica holds the leader Lease.
     pub leader: IntGauge,
+    /// Planner decisions that moved (or recommended moving) a lever, by lever, direction, reason.
+    pub decisions: IntCounterVec,
+    /// Per InferenceService: 1 when the SLA is met, 0 when violated, -1 when unknown.
+    pub sla_met: GaugeVec,
+    /// Per InferenceService and dimension (`ttft`, `itl`, `e2e`): the observed percentile, seconds.
+    pub observed: GaugeVec,
+    /// Failed ticks of the metrics source, by error kind.
+    pub observe_errors: IntCounterVec,
     /// Whether the process is ready (see the module docs).
     pub ready: AtomicBool,
 }
@@ -65,6 +75,38 @@ impl Metrics {
         .expect("valid metric");
         let leader = IntGauge::new("pacer_operator_leader", "1 while this replica holds the leader Lease")
             .expect("valid metric");
+        let decisions = IntCounterVec::new(
+            Opts::new(
+                "pacer_operator_decisions_total",
+                "Planner decisions that moved or recommended moving a lever",
+            ),
+            &["lever", "direction", "reason"],
+        )
+        .expect("valid metric");
+        let sla_met = GaugeVec::new(
+            Opts::new(
+                "pacer_operator_sla_met",
+                "1 when the InferenceService meets its SLA, 0 when violated, -1 when unknown",
+            ),
+            &["namespace", "inferenceservice"],
+        )
+        .expect("valid metric");
+        let observed = GaugeVec::new(
+            Opts::new(
+                "pacer_operator_observed_latency_seconds",
+                "The latency percentile the planner observed, by SLA dimension",
+            ),
+            &["namespace", "inferenceservice", "dimension"],
+        )
+        .expect("valid metric");
+        let observe_errors = IntCounterVec::new(
+            Opts::new(
+                "pacer_operator_metrics_source_errors_total",
+                "Failed ticks of the metrics source by kind",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
         let register =
             |c: Box<dyn prometheus::core::Collector>| registry.register(c).expect("unique metric names");
         register(Box::new(reconciles.clone()));
@@ -73,6 +115,10 @@ impl Metrics {
         register(Box::new(writes.clone()));
         register(Box::new(api_requests.clone()));
         register(Box::new(leader.clone()));
+        register(Box::new(decisions.clone()));
+        register(Box::new(sla_met.clone()));
+        register(Box::new(observed.clone()));
+        register(Box::new(observe_errors.clone()));
         Arc::new(Metrics {
             registry,
             reconciles,
@@ -81,6 +127,10 @@ impl Metrics {
             writes,
             api_requests,
             leader,
+            decisions,
+            sla_met,
+            observed,
+            observe_errors,
             ready: AtomicBool::new(false),
         })
     }

@@ -10,11 +10,17 @@
 //! - [`capacity`]: the queueing model that turns a profile and a load into predicted percentiles.
 //! - [`decide`](mod@decide): the rules, guards and lever order.
 
+pub mod capacity;
+pub mod decide;
 pub mod levers;
 pub mod observation;
 pub mod profile;
 pub mod spec;
+#[cfg(test)]
+mod tests;
 
+pub use capacity::{CapacityModel, Prediction, Workload};
+pub use decide::decide;
 pub use levers::{Direction, Lever, Levers};
 pub use observation::{Freshness, MIN_SAMPLES, Observation, Quantile, Seconds, ServiceMetrics};
 pub use profile::{EngineProfile, StepModel};

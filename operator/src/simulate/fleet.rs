@@ -132,22 +132,22 @@ impl Fleet {
                 self.drain(id);
                 continue;
             }
-            if ready_total > n || cur_n + old_n > n + 1 {
-                if let Some(id) = old.first().map(|p| p.id) {
-                    self.drain(id);
-                    continue;
-                }
+            if (ready_total > n || cur_n + old_n > n + 1)
+                && let Some(id) = old.first().map(|p| p.id)
+            {
+                self.drain(id);
+                continue;
             }
             if cur_n < n && cur_n + old_n < n + 1 {
                 let ready_at = now + self.start_delay(tier);
                 created.push((self.create(tier, PodState::Starting { ready_at }), ready_at));
                 continue;
             }
-            if cur_n > n {
-                if let Some(id) = current.last().map(|p| p.id) {
-                    self.drain(id);
-                    continue;
-                }
+            if cur_n > n
+                && let Some(id) = current.last().map(|p| p.id)
+            {
+                self.drain(id);
+                continue;
             }
             break;
         }

@@ -2,7 +2,7 @@
 //! ITL (true and as Prometheus saw them) against their targets, replicas (desired, ready, pods)
 //! with the policy's decisions marked, and the batch size with tier changes labelled.
 
-use super::score::Outcome;
+use super::score::{Outcome, WindowRow};
 use pacer_bench::plots::{frame, png_from_svg};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
@@ -34,7 +34,7 @@ fn draw(path: &Path, o: &Outcome, (ttft_target, itl_target): (f64, f64)) -> Resu
 
     // Latency panels: true window percentiles (solid), Prometheus' view (light), target (red).
     for (k, (name, target)) in [("TTFT", ttft_target), ("ITL", itl_target)].into_iter().enumerate() {
-        let pick = |r: &super::score::WindowRow| {
+        let pick = |r: &WindowRow| {
             if k == 0 { (r.ttft, r.observed_ttft) } else { (r.itl, r.observed_itl) }
         };
         let y_max =
@@ -74,7 +74,8 @@ fn draw(path: &Path, o: &Outcome, (ttft_target, itl_target): (f64, f64)) -> Resu
     // Replicas, with each decision marked on the desired line.
     let y_max = top(rows.iter().map(|r| r.pods as f64), 2.0);
     let mut chart = frame(&panels[2], "Replicas", 0.0..x_max, 0.0..y_max, ("minutes", "replicas"))?;
-    let series: [(&str, RGBColor, fn(&super::score::WindowRow) -> f64); 3] = [
+    type Pick = fn(&WindowRow) -> f64;
+    let series: [(&str, RGBColor, Pick); 3] = [
         ("desired", BLACK, |r| f64::from(r.desired)),
         ("ready", GREEN, |r| f64::from(r.ready)),
         ("pods (incl. starting, draining)", MAGENTA, |r| r.pods as f64),

@@ -252,14 +252,12 @@ impl Policy for Dynamo {
         }
         let starting = obs.desired_replicas > obs.ready_replicas;
         let mut n = current.replicas.max(self.floor);
-        if !starting {
-            if let (Some(ttft), Some(itl)) = (seen.ttft_mean, seen.itl_mean) {
-                if ttft > self.spec.ttft_target || itl > self.spec.itl_target {
-                    n = current.replicas + 1;
-                    reason = "load: mean latency over target".into();
-                } else if ttft < 0.8 * self.spec.ttft_target && itl < 0.8 * self.spec.itl_target {
-                    n = (current.replicas - 1).max(self.floor);
-                }
+        if !starting && let (Some(ttft), Some(itl)) = (seen.ttft_mean, seen.itl_mean) {
+            if ttft > self.spec.ttft_target || itl > self.spec.itl_target {
+                n = current.replicas + 1;
+                reason = "load: mean latency over target".into();
+            } else if ttft < 0.8 * self.spec.ttft_target && itl < 0.8 * self.spec.itl_target {
+                n = (current.replicas - 1).max(self.floor);
             }
         }
         with_replicas(current, n.clamp(min, max), &reason)

@@ -1,0 +1,371 @@
+//! The PromQL the Prometheus source sends, and how its answers become [`ServiceMetrics`]. Pure:
+//! no client, no clock, so the query plan and the result mapping are unit-tested.
+//!
+//! Every query aggregates `by (namespace, inferenceservice)` and selects no service, so one
+//! query answers for every InferenceService: a tick sends one query per metric per distinct
+//! (percentile, window) group, however many services there are.
+
+use super::{ServiceKey, WindowRequest};
+use crate::planner::{Freshness, Quantile, ServiceMetrics};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The labels every query groups by (set by the scrape config's relabelling, `METRICS.md`).
+pub const GROUP_LABELS: &str = "namespace, inferenceservice";
+
+/// vLLM's TTFT histogram (the engine exports the same name).
+pub const TTFT: &str = "vllm:time_to_first_token_seconds";
+/// vLLM's inter-token latency histogram.
+pub const ITL: &str = "vllm:inter_token_latency_seconds";
+/// vLLM's end-to-end request latency histogram.
+pub const E2E: &str = "vllm:e2e_request_latency_seconds";
+
+/// Which latency histogram a percentile or sample count is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Latency {
+    /// Time to first token.
+    Ttft,
+    /// Inter-token latency.
+    Itl,
+    /// End-to-end latency.
+    E2e,
+}
+
+impl Latency {
+    /// All three, in the order of [`ServiceMetrics`].
+    pub const ALL: [Latency; 3] = [Latency::Ttft, Latency::Itl, Latency::E2e];
+
+    /// The histogram's metric name.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Latency::Ttft => TTFT,
+            Latency::Itl => ITL,
+            Latency::E2e => E2E,
+        }
+    }
+}
+
+/// What one query measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Measure {
+    /// A percentile of a latency histogram over a window.
+    Quantile {
+        /// Which histogram.
+        latency: Latency,
+        /// The quantile in millionths (950000 = P95), so it can key a map.
+        quantile_ppm: u64,
+        /// The window in milliseconds.
+        window_ms: u64,
+    },
+    /// Observations of a latency histogram in a window (`increase` of `_count`).
+    Samples {
+        /// Which histogram.
+        latency: Latency,
+        /// The window in milliseconds.
+        window_ms: u64,
+    },
+    /// Finished requests per second.
+    RequestRate {
+        /// The rate window in milliseconds.
+        window_ms: u64,
+    },
+    /// Prompt tokens per second.
+    PromptTokenRate {
+        /// The rate window in milliseconds.
+        window_ms: u64,
+    },
+    /// Generated tokens per second.
+    OutputTokenRate {
+        /// The rate window in milliseconds.
+        window_ms: u64,
+    },
+    /// Running sequences, summed over replicas.
+    Running,
+    /// Waiting requests, summed over replicas.
+    Waiting,
+    /// KV-cache usage, averaged over replicas.
+    KvUsage,
+    /// Scrape targets (replicas) that report the engine's gauges.
+    Replicas,
+    /// Unix time of the newest sample.
+    NewestSample,
+}
+
+/// One PromQL query and what it measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// What the answer means.
+    pub measure: Measure,
+    /// The PromQL text.
+    pub promql: String,
+}
+
+/// A PromQL range duration: whole seconds when exact, milliseconds otherwise.
+pub fn duration(ms: u64) -> String {
+    if ms.is_multiple_of(1000) { format!("{}s", ms / 1000) } else { format!("{ms}ms") }
+}
+
+/// A quantile in millionths, as a PromQL number (`950000` → `0.95`, `999000` → `0.999`).
+pub fn quantile_text(ppm: u64) -> String {
+    let text = format!("{}.{:06}", ppm / 1_000_000, ppm % 1_000_000);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The PromQL for `measure`.
+pub fn promql(measure: Measure) -> String {
+    let g = GROUP_LABELS;
+    match measure {
+        Measure::Quantile { latency, quantile_ppm, window_ms } => format!(
+            "histogram_quantile({}, sum by ({g}, le) (rate({}_bucket[{}])))",
+            quantile_text(quantile_ppm),
+            latency.metric(),
+            duration(window_ms)
+        ),
+        Measure::Samples { latency, window_ms } => {
+            format!("sum by ({g}) (increase({}_count[{}]))", latency.metric(), duration(window_ms))
+        }
+        Measure::RequestRate { window_ms } => {
+            format!("sum by ({g}) (rate(vllm:request_success_total[{}]))", duration(window_ms))
+        }
+        Measure::PromptTokenRate { window_ms } => {
+            format!("sum by ({g}) (rate(vllm:prompt_tokens_total[{}]))", duration(window_ms))
+        }
+        Measure::OutputTokenRate { window_ms } => {
+            format!("sum by ({g}) (rate(vllm:generation_tokens_total[{}]))", duration(window_ms))
+        }
+        Measure::Running => format!("sum by ({g}) (vllm:num_requests_running)"),
+        Measure::Waiting => format!("sum by ({g}) (vllm:num_requests_waiting)"),
+        Measure::KvUsage => format!("avg by ({g}) (vllm:kv_cache_usage_perc)"),
+        // One series per scrape target (vLLM adds an `engine` label per engine core; a pod is
+        // one target), counted per service. A target that stops answering gets staleness
+        // markers, so it drops out here at the next scrape.
+        Measure::Replicas => {
+            format!("count by ({g}) (max by ({g}, instance) (vllm:num_requests_running))")
+        }
+        Measure::NewestSample => format!("max by ({g}) (timestamp(vllm:num_requests_running))"),
+    }
+}
+
+/// The (quantile, window, rate window) of one request, as map keys.
+fn keys(request: &WindowRequest) -> (u64, u64, u64) {
+    let ms = |seconds: f64| (seconds.max(0.0) * 1000.0).round() as u64;
+    ((request.quantile.clamp(0.0, 1.0) * 1e6).round() as u64, ms(request.window), ms(request.rate_window))
+}
+
+/// Every query one tick needs for `requests`: per distinct (quantile, window) the three
+/// percentiles, per distinct window the three sample counts, per distinct rate window the three
+/// rates, and the five gauges once. Sorted and free of duplicates.
+pub fn plan(requests: &[WindowRequest]) -> Vec<Query> {
+    let mut measures = BTreeSet::new();
+    for request in requests {
+        let (quantile_ppm, window_ms, rate_ms) = keys(request);
+        for latency in Latency::ALL {
+            measures.insert(Measure::Quantile { latency, quantile_ppm, window_ms });
+            measures.insert(Measure::Samples { latency, window_ms });
+        }
+        measures.insert(Measure::RequestRate { window_ms: rate_ms });
+        measures.insert(Measure::PromptTokenRate { window_ms: rate_ms });
+        measures.insert(Measure::OutputTokenRate { window_ms: rate_ms });
+    }
+    if !requests.is_empty() {
+        measures.extend([
+            Measure::Running,
+            Measure::Waiting,
+            Measure::KvUsage,
+            Measure::Replicas,
+            Measure::NewestSample,
+        ]);
+    }
+    measures.into_iter().map(|measure| Query { measure, promql: promql(measure) }).collect()
+}
+
+/// The answers of one tick: per measure, the value of each service that has a series.
+pub type Answers = BTreeMap<Measure, BTreeMap<ServiceKey, f64>>;
+
+/// Builds each requested service's freshness and metrics from `answers`, evaluated at `now`
+/// (unix seconds); samples older than `staleness` seconds make the service stale.
+///
+/// No series for a service means [`Freshness::Missing`]; NaN or infinite values are missing
+/// values, never zeros; a percentile on fewer than [`crate::planner::MIN_SAMPLES`] observations
+/// is [`Quantile::TooFewSamples`].
+pub fn assemble(
+    requests: &[WindowRequest],
+    answers: &Answers,
+    now: f64,
+    staleness: f64,
+) -> BTreeMap<ServiceKey, (Freshness, ServiceMetrics)> {
+    let value = |measure: Measure, key: &ServiceKey| -> Option<f64> {
+        answers.get(&measure).and_then(|m| m.get(key)).copied().filter(|v| v.is_finite())
+    };
+    let mut out = BTreeMap::new();
+    for request in requests {
+        let key = &request.service;
+        let Some(newest) = value(Measure::NewestSample, key) else {
+            let reason = format!(
+                "Prometheus has no engine series for {}/{} (namespace and inferenceservice labels)",
+                key.namespace, key.name
+            );
+            out.insert(key.clone(), (Freshness::Missing { reason }, ServiceMetrics::missing()));
+            continue;
+        };
+        let (quantile_ppm, window_ms, rate_ms) = keys(request);
+        let quantile = |latency: Latency| {
+            Quantile::from_parts(
+                value(Measure::Quantile { latency, quantile_ppm, window_ms }, key),
+                value(Measure::Samples { latency, window_ms }, key),
+            )
+        };
+        let metrics = ServiceMetrics {
+            ttft: quantile(Latency::Ttft),
+            itl: quantile(Latency::Itl),
+            e2e: quantile(Latency::E2e),
+            request_rate: value(Measure::RequestRate { window_ms: rate_ms }, key),
+            prompt_token_rate: value(Measure::PromptTokenRate { window_ms: rate_ms }, key),
+            output_token_rate: value(Measure::OutputTokenRate { window_ms: rate_ms }, key),
+            running: value(Measure::Running, key),
+            waiting: value(Measure::Waiting, key),
+            kv_usage: value(Measure::KvUsage, key),
+            reporting_replicas: value(Measure::Replicas, key),
+        };
+        let age = (now - newest).max(0.0);
+        let freshness = if age > staleness { Freshness::Stale { age } } else { Freshness::Fresh };
+        out.insert(key.clone(), (freshness, metrics));
+    }
+    out
+}
+
+/// Every requested service as [`Freshness::Missing`] with `reason` (the source failed).
+pub fn all_missing(
+    requests: &[WindowRequest],
+    reason: &str,
+) -> BTreeMap<ServiceKey, (Freshness, ServiceMetrics)> {
+    requests
+        .iter()
+        .map(|r| {
+            (
+                r.service.clone(),
+                (Freshness::Missing { reason: reason.to_string() }, ServiceMetrics::missing()),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(ns: &str, name: &str, quantile: f64, window: f64) -> WindowRequest {
+        WindowRequest { service: ServiceKey::new(ns, name), quantile, window, rate_window: 60.0 }
+    }
+
+    #[test]
+    fn the_query_count_does_not_grow_with_the_services() {
+        let one = plan(&[request("a", "s0", 0.95, 300.0)]);
+        let many: Vec<_> =
+            (0..500).map(|i| request(&format!("ns{}", i % 7), &format!("s{i}"), 0.95, 300.0)).collect();
+        assert_eq!(plan(&many), one);
+        // 3 percentiles + 3 sample counts + 3 rates + 5 gauges.
+        assert_eq!(one.len(), 14);
+        // A second percentile on the same window adds its 3 percentiles only; a second window
+        // adds 3 percentiles and 3 counts.
+        let two_q = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.99, 300.0)]);
+        assert_eq!(two_q.len(), 17);
+        let two_w = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.95, 120.0)]);
+        assert_eq!(two_w.len(), 20);
+        assert!(plan(&[]).is_empty());
+    }
+
+    #[test]
+    fn queries_group_by_service_and_match_the_metric_contract() {
+        let queries = plan(&[request("a", "x", 0.95, 300.0)]);
+        let text: Vec<&str> = queries.iter().map(|q| q.promql.as_str()).collect();
+        assert!(text.contains(
+            &"histogram_quantile(0.95, sum by (namespace, inferenceservice, le) \
+              (rate(vllm:time_to_first_token_seconds_bucket[300s])))"
+        ));
+        assert!(text.contains(
+            &"sum by (namespace, inferenceservice) (increase(vllm:inter_token_latency_seconds_count[300s]))"
+        ));
+        assert!(
+            text.contains(&"sum by (namespace, inferenceservice) (rate(vllm:request_success_total[60s]))")
+        );
+        assert!(text.contains(&"avg by (namespace, inferenceservice) (vllm:kv_cache_usage_perc)"));
+        assert!(text.iter().all(|q| q.contains("by (namespace, inferenceservice")));
+    }
+
+    #[test]
+    fn quantiles_and_durations_print_as_promql() {
+        assert_eq!(quantile_text(950_000), "0.95");
+        assert_eq!(quantile_text(999_000), "0.999");
+        assert_eq!(quantile_text(1_000_000), "1");
+        assert_eq!(quantile_text(500_000), "0.5");
+        assert_eq!(duration(300_000), "300s");
+        assert_eq!(duration(1_500), "1500ms");
+        let r = request("a", "x", 99.9 / 100.0, 30.0);
+        assert_eq!(keys(&r).0, 999_000);
+    }
+
+    fn answers(entries: &[(Measure, &str, f64)]) -> Answers {
+        let mut a = Answers::new();
+        for (m, name, v) in entries {
+            a.entry(*m).or_default().insert(ServiceKey::new("ns", *name), *v);
+        }
+        a
+    }
+
+    #[test]
+    fn answers_map_to_services_with_explicit_missing_states() {
+        let reqs = [
+            request("ns", "busy", 0.95, 300.0),
+            request("ns", "idle", 0.95, 300.0),
+            request("ns", "gone", 0.95, 300.0),
+        ];
+        let q = |latency| Measure::Quantile { latency, quantile_ppm: 950_000, window_ms: 300_000 };
+        let n = |latency| Measure::Samples { latency, window_ms: 300_000 };
+        let a = answers(&[
+            (q(Latency::Ttft), "busy", 0.4),
+            (n(Latency::Ttft), "busy", 120.0),
+            (q(Latency::Itl), "busy", 0.03),
+            (n(Latency::Itl), "busy", 4000.0),
+            // E2E: a NaN percentile on enough samples is missing, not zero.
+            (q(Latency::E2e), "busy", f64::NAN),
+            (n(Latency::E2e), "busy", 120.0),
+            (Measure::RequestRate { window_ms: 60_000 }, "busy", 2.0),
+            (Measure::Running, "busy", 5.0),
+            (Measure::Replicas, "busy", 2.0),
+            (Measure::NewestSample, "busy", 1000.0),
+            // Idle: series exist, no traffic in the window.
+            (q(Latency::Ttft), "idle", f64::NAN),
+            (n(Latency::Ttft), "idle", 0.0),
+            (Measure::RequestRate { window_ms: 60_000 }, "idle", 0.0),
+            (Measure::NewestSample, "idle", 900.0),
+        ]);
+        let out = assemble(&reqs, &a, 1001.0, 60.0);
+        let (fresh, busy) = &out[&ServiceKey::new("ns", "busy")];
+        assert_eq!(*fresh, Freshness::Fresh);
+        assert_eq!(busy.ttft, Quantile::Value { seconds: 0.4, samples: 120.0 });
+        assert_eq!(busy.itl.seconds(), Some(0.03));
+        assert_eq!(busy.e2e, Quantile::Missing);
+        assert_eq!((busy.request_rate, busy.running, busy.waiting), (Some(2.0), Some(5.0), None));
+        assert_eq!(busy.reporting_replicas, Some(2.0));
+
+        let (stale, idle) = &out[&ServiceKey::new("ns", "idle")];
+        assert_eq!(*stale, Freshness::Stale { age: 101.0 });
+        assert_eq!(idle.ttft, Quantile::TooFewSamples { samples: 0.0 });
+        assert_eq!(idle.itl, Quantile::Missing);
+        assert_eq!(idle.request_rate, Some(0.0));
+
+        let (missing, gone) = &out[&ServiceKey::new("ns", "gone")];
+        assert!(matches!(missing, Freshness::Missing { reason } if reason.contains("ns/gone")));
+        assert_eq!(*gone, ServiceMetrics::missing());
+    }
+
+    #[test]
+    fn a_failed_source_leaves_every_service_missing() {
+        let out = all_missing(&[request("a", "x", 0.95, 300.0), request("b", "y", 0.9, 60.0)], "down");
+        assert_eq!(out.len(), 2);
+        assert!(
+            out.values()
+                .all(|(f, m)| matches!(f, Freshness::Missing { .. }) && *m == ServiceMetrics::missing())
+        );
+    }
+}

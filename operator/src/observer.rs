@@ -1,0 +1,94 @@
+//! The observer: one task asks the metrics source, once per tick, about every InferenceService
+//! the controller knows, and keeps the answer for reconciles to read. Reconciles never query
+//! the source themselves, so the number of queries per tick does not grow with the number of
+//! InferenceServices (one per metric per distinct percentile and window).
+
+use crate::metrics_source::{MetricsSource, Observations, ServiceKey, WindowRequest};
+use crate::planner::{Freshness, ServiceMetrics};
+use crate::telemetry::Metrics;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use pacer_crds::{InferenceService, parse_duration};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// The window request and token rates are computed over: short enough to see a load step
+/// within a minute, long enough for several scrapes (at most the SLA window).
+pub const RATE_WINDOW: f64 = 60.0;
+
+/// Runs the metrics source on a tick and keeps its latest answer.
+pub struct Observer {
+    source: Arc<dyn MetricsSource>,
+    tick: Duration,
+    latest: RwLock<Option<Arc<Observations>>>,
+}
+
+impl Observer {
+    /// An observer of `source` that asks it every `tick`.
+    pub fn new(source: Arc<dyn MetricsSource>, tick: Duration) -> Arc<Observer> {
+        Arc::new(Observer { source, tick, latest: RwLock::new(None) })
+    }
+
+    /// What the source is, for logs.
+    pub fn describe(&self) -> String {
+        self.source.describe()
+    }
+
+    /// The requests for every InferenceService in `isvcs`.
+    pub fn requests(isvcs: &[Arc<InferenceService>]) -> Vec<WindowRequest> {
+        isvcs
+            .iter()
+            .filter_map(|isvc| {
+                let window = parse_duration(&isvc.spec.sla.window)?.as_secs_f64();
+                Some(WindowRequest {
+                    service: ServiceKey::new(isvc.namespace()?, isvc.name_any()),
+                    quantile: isvc.spec.sla.percentile / 100.0,
+                    window,
+                    rate_window: RATE_WINDOW.min(window),
+                })
+            })
+            .collect()
+    }
+
+    /// One tick: observe every service in `store` and keep the answer.
+    pub async fn tick(&self, store: &Store<InferenceService>, metrics: &Metrics) {
+        let requests = Observer::requests(&store.state());
+        let observations = self.source.observe(&requests).await;
+        if let Some(e) = &observations.error {
+            tracing::warn!(error = %e, source = %self.source.describe(), "observing the SLA metrics failed; the planner holds");
+            metrics.observe_errors.with_label_values(&[e.metric_label()]).inc();
+        }
+        if let Ok(mut latest) = self.latest.write() {
+            *latest = Some(Arc::new(observations));
+        }
+    }
+
+    /// Ticks until `stop` resolves.
+    pub async fn run(self: Arc<Self>, store: Store<InferenceService>, metrics: Arc<Metrics>) {
+        let mut interval = tokio::time::interval(self.tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            self.tick(&store, &metrics).await;
+        }
+    }
+
+    /// The latest metrics of `service` as seen at `now` (unix seconds): missing before the first
+    /// tick, stale when the last tick is older than three ticks (the observer is stuck).
+    pub fn metrics_of(&self, service: &ServiceKey, now: f64) -> (f64, Freshness, ServiceMetrics) {
+        let latest = self.latest.read().ok().and_then(|l| l.clone());
+        let Some(obs) = latest else {
+            let reason = "the metrics source has not answered yet".to_string();
+            return (now, Freshness::Missing { reason }, ServiceMetrics::missing());
+        };
+        let age = now - obs.at;
+        let (freshness, metrics) = obs.services.get(service).cloned().unwrap_or_else(|| {
+            let reason = format!("{} has no series for {service} yet", self.source.describe());
+            (Freshness::Missing { reason }, ServiceMetrics::missing())
+        });
+        if age > 3.0 * self.tick.as_secs_f64() && freshness == Freshness::Fresh {
+            return (obs.at, Freshness::Stale { age }, metrics);
+        }
+        (obs.at, freshness, metrics)
+    }
+}
