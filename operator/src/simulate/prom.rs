@@ -326,33 +326,17 @@ pub fn extrapolated_increase(times: &[f64], values: &[f64], start: f64, end: f64
 }
 
 /// Prometheus' `histogram_quantile` over cumulative bucket counts (`cumulative[i]` for
-/// `bounds[i]`, the last entry for `+Inf`): linear interpolation inside the bucket holding the
-/// rank, the first bucket starting at 0, and the highest finite bound when the rank falls in
-/// `+Inf`. None when there are no observations.
+/// `bounds[i]`, the last entry for `+Inf`), by the operator's own PromQL arithmetic; None when
+/// there are no observations.
 pub fn histogram_quantile(q: f64, bounds: &[f64], cumulative: &[f64]) -> Option<f64> {
-    let total = *cumulative.last()?;
-    if total <= 0.0 || !(0.0..=1.0).contains(&q) {
-        return None;
-    }
-    // Extrapolated rates can break monotonicity by float noise; Prometheus fixes it up too.
-    let mut c = cumulative.to_vec();
-    for i in 1..c.len() {
-        if c[i] < c[i - 1] {
-            c[i] = c[i - 1];
-        }
-    }
-    let rank = q * total;
-    let b = c.partition_point(|x| *x < rank).min(c.len() - 1);
-    if b == bounds.len() {
-        return bounds.last().copied();
-    }
-    let (start, before) = if b == 0 { (0.0, 0.0) } else { (bounds[b - 1], c[b - 1]) };
-    let end = bounds[b];
-    let inside = c[b] - before;
-    if inside <= 0.0 {
-        return Some(end);
-    }
-    Some(start + (end - start) * (rank - before) / inside)
+    let buckets: Vec<(f64, f64)> = bounds
+        .iter()
+        .copied()
+        .chain(std::iter::once(f64::INFINITY))
+        .zip(cumulative.iter().copied())
+        .collect();
+    let v = crate::metrics_source::histogram::bucket_quantile(q, &buckets);
+    v.is_finite().then_some(v)
 }
 
 #[cfg(test)]
