@@ -103,11 +103,14 @@ pub fn run_one(
     let bound = calibrate::bound(config, trace, &cal.capacities);
     let mut policy = make_policy(name, config, cal)
         .ok_or_else(|| SimError::Input("the bound is not a run; use it with --compare or alone".into()))?;
-    // A static service starts at its size rather than scaling to it on the first tick.
+    // Every run starts sized for its first minute (a service already serving its load, as the
+    // bound is), and a static one at its size, so no policy pays for a cold start.
     let mut config = config.clone();
-    if let PolicyName::Static(n) = name {
-        config.initial.replicas = (*n).clamp(config.spec.min_replicas, config.spec.max_replicas);
+    config.initial.replicas = match name {
+        PolicyName::Static(n) => *n,
+        _ => bound.replicas.first().copied().unwrap_or(config.spec.min_replicas),
     }
+    .clamp(config.spec.min_replicas, config.spec.max_replicas);
     let mut outcome = simulate(&config, trace, policy.as_mut())?;
     outcome.summary.bound_replica_seconds = Some(bound.replica_seconds);
     outcome.summary.vs_bound = Some(outcome.summary.replica_seconds / bound.replica_seconds.max(1e-9));
