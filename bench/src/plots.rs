@@ -17,14 +17,16 @@ fn err<E: std::fmt::Display>(e: E) -> String {
 const GRID_LIGHT: RGBColor = RGBColor(238, 238, 238);
 const GRID_BOLD: RGBColor = RGBColor(205, 205, 205);
 
-type Chart<'a, 'b> = ChartContext<
+/// A chart on an SVG drawing area with linear axes, as [`frame`] returns it.
+pub type Chart<'a, 'b> = ChartContext<
     'a,
     SVGBackend<'b>,
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
 /// What every plot shares: white background, title, axes with descriptions, the light grid.
-fn frame<'a, 'b>(
+/// Public so other crates' charts (the operator's simulator timeline) look the same.
+pub fn frame<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
     title: &str,
     x: std::ops::Range<f64>,

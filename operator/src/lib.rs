@@ -13,6 +13,7 @@
 //! - [`observer`]: the task that refreshes them for every InferenceService, once per tick.
 //! - [`sla`]: the planner inside a reconcile.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
+//! - [`simulate`]: a calibrated discrete-event simulator of a service under a scaling policy.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
 
@@ -25,6 +26,7 @@ pub mod local;
 pub mod metrics_source;
 pub mod observer;
 pub mod planner;
+pub mod simulate;
 pub mod sla;
 pub mod status;
 pub mod telemetry;

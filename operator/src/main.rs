@@ -2,6 +2,7 @@
 //!
 //! - `crd`: print the InferenceService CRD (the YAML committed under `crds/`).
 //! - `run`: reconcile InferenceServices, with leader election, metrics and health endpoints.
+//! - `simulate`: a service under a scaling policy on a virtual clock, or every policy compared.
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -45,6 +46,43 @@ enum Command {
     Crd,
     /// Reconcile InferenceServices in the cluster of the kubeconfig (or in-cluster config).
     Run(Box<RunArgs>),
+    /// Simulate a service under a scaling policy on a virtual clock (no cluster, no engines).
+    Simulate(SimulateArgs),
+}
+
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    /// Engine profile (`pacer-engine profile` JSON), once per tier; `builtin` for the built-in
+    /// test profiles of q8_0 and q4_0.
+    #[arg(long, env = "PACER_SIM_PROFILE", value_delimiter = ',', default_value = "builtin")]
+    profile: Vec<String>,
+    /// Trace: steady, step, ramp, diurnal, bursty or replay:FILE.jsonl.
+    #[arg(long, env = "PACER_SIM_TRACE", default_value = "step")]
+    trace: String,
+    /// Policy: pacer, llmd-slo, dynamo, kpa, static:N or bound.
+    #[arg(long, env = "PACER_SIM_POLICY", default_value = "pacer")]
+    policy: String,
+    /// InferenceService YAML whose SLA, ranges and policy to simulate [default: a built-in one].
+    #[arg(long, env = "PACER_SIM_SPEC")]
+    spec: Option<PathBuf>,
+    /// Hours of simulated time.
+    #[arg(long, env = "PACER_SIM_HOURS", default_value_t = 1.0)]
+    hours: f64,
+    /// Seed of the trace.
+    #[arg(long, env = "PACER_SIM_SEED", default_value_t = 1)]
+    seed: u64,
+    /// Seconds from pod creation to the engine process starting.
+    #[arg(long, env = "PACER_SIM_CONTAINER_START", default_value_t = 20.0)]
+    container_start: f64,
+    /// Seconds between Prometheus scrapes.
+    #[arg(long, env = "PACER_SIM_SCRAPE_INTERVAL", default_value_t = 15.0)]
+    scrape_interval: f64,
+    /// Run every policy on every trace and write the comparison table.
+    #[arg(long, env = "PACER_SIM_COMPARE")]
+    compare: bool,
+    /// Folder for the summary, timeline and pictures.
+    #[arg(long, env = "PACER_SIM_OUT")]
+    out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -91,6 +129,7 @@ fn main() -> Result<()> {
             print!("{}", pacer_operator::crd_yaml());
             Ok(())
         }
+        Command::Simulate(args) => simulate(args),
         Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -193,6 +232,48 @@ async fn run(args: RunArgs) -> Result<()> {
         anyhow::bail!("lost the leader Lease; exiting so a restart rejoins the election");
     }
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// `simulate`: one run, or every policy on every trace; prints the files written.
+fn simulate(args: SimulateArgs) -> Result<()> {
+    use pacer_operator::simulate::{self as sim, compare};
+    let SimulateArgs {
+        profile,
+        trace,
+        policy,
+        spec,
+        hours,
+        seed,
+        container_start,
+        scrape_interval,
+        compare: all,
+        out,
+    } = args;
+    let profiles = if profile == ["builtin"] {
+        vec![sim::test_profile(pacer_crds::Tier::Q8_0), sim::test_profile(pacer_crds::Tier::Q4_0)]
+    } else {
+        profile.iter().map(|p| EngineProfile::read(Path::new(p))).collect::<Result<_, _>>()?
+    };
+    let yaml = match &spec {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        None => sim::DEFAULT_SPEC.to_string(),
+    };
+    let mut config = sim::SimConfig::new(&sim::read_spec(&yaml)?, profiles)?;
+    config.container_start = container_start;
+    config.scrape_interval = scrape_interval;
+    let options = compare::Options {
+        config,
+        trace: trace.parse().map_err(anyhow::Error::msg)?,
+        policy: policy.parse().map_err(anyhow::Error::msg)?,
+        hours,
+        seed,
+        out,
+        compare: all,
+    };
+    for file in compare::run(&options)? {
+        println!("{}", file.display());
+    }
     Ok(())
 }
 

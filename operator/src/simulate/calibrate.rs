@@ -1,0 +1,173 @@
+//! What the profile says a service can do, found by simulating it at stationary load: the
+//! highest rate `n` replicas hold at the SLA percentile targets (for the offline bound), and
+//! one replica's mean TTFT and ITL across rates (the pre-deployment profile Dynamo's planner
+//! interpolates).
+
+use super::policy::Static;
+use super::trace::{self, Shape, Trace, TraceSpec};
+use super::{SimConfig, SimError, simulate};
+use pacer_bench::load::Length;
+use serde::Serialize;
+
+/// Seconds of each stationary calibration run.
+const RUN_SECONDS: f64 = 600.0;
+/// The calibration runs' seed (fixed: calibration is a property of the profile, not the run).
+const SEED: u64 = 0xca1;
+
+fn steady(rate: f64, prompt: Length, output: Length) -> Result<Trace, SimError> {
+    trace::generate(&TraceSpec {
+        shape: Shape::Steady,
+        base_rate: rate,
+        duration: RUN_SECONDS,
+        seed: SEED,
+        prompt,
+        output,
+    })
+}
+
+/// The whole-run true percentiles of `n` static replicas at `rate`.
+fn stationary(
+    config: &SimConfig,
+    n: i32,
+    rate: f64,
+    lengths: (Length, Length),
+) -> Result<(f64, f64, f64, f64), SimError> {
+    let mut c = config.clone();
+    c.initial.replicas = n;
+    c.spec.min_replicas = n;
+    c.spec.max_replicas = c.spec.max_replicas.max(n);
+    let t = steady(rate, lengths.0, lengths.1)?;
+    let o = simulate(&c, &t, &mut Static { replicas: n })?;
+    let s = &o.summary;
+    let inf = f64::INFINITY;
+    Ok((s.ttft.unwrap_or(inf), s.itl.unwrap_or(inf), s.ttft_mean.unwrap_or(inf), s.itl_mean.unwrap_or(inf)))
+}
+
+/// The highest request rate `n` replicas hold with the whole-run percentiles within target.
+pub fn capacity(config: &SimConfig, n: i32, lengths: (Length, Length)) -> Result<f64, SimError> {
+    let (tt, it) = (config.spec.ttft_target, config.spec.itl_target);
+    let meets = |rate: f64| -> Result<bool, SimError> {
+        let (ttft, itl, _, _) = stationary(config, n, rate, lengths)?;
+        Ok(ttft <= tt && itl <= it)
+    };
+    let mut lo = 0.0;
+    let mut hi = 0.5 * f64::from(n);
+    while meets(hi)? {
+        lo = hi;
+        hi *= 2.0;
+        if hi > 1e4 {
+            return Ok(hi);
+        }
+    }
+    for _ in 0..9 {
+        let mid = (lo + hi) / 2.0;
+        if meets(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// [`capacity`] for 1 to `max_replicas` replicas.
+pub fn capacities(config: &SimConfig, lengths: (Length, Length)) -> Result<Vec<f64>, SimError> {
+    (1..=config.spec.max_replicas).map(|n| capacity(config, n, lengths)).collect()
+}
+
+/// The offline lower bound of a trace: per scoring window, the fewest replicas whose
+/// stationary capacity covers the window's true arrival rate (at least the minimum, at most the
+/// maximum).
+#[derive(Debug, Clone, Serialize)]
+pub struct Bound {
+    /// Replicas per window.
+    pub replicas: Vec<i32>,
+    /// Replicas × window length, summed.
+    pub replica_seconds: f64,
+}
+
+/// The bound of `trace` given `capacities[n-1]` for n replicas.
+pub fn bound(config: &SimConfig, trace: &Trace, capacities: &[f64]) -> Bound {
+    let w = config.score_window;
+    let windows = (trace.duration / w).ceil() as usize;
+    let mut counts = vec![0usize; windows];
+    for r in &trace.requests {
+        let k = ((r.timestamp / w) as usize).min(windows.saturating_sub(1));
+        counts[k] += 1;
+    }
+    let (min, max) = (config.spec.min_replicas, config.spec.max_replicas);
+    let replicas: Vec<i32> = counts
+        .iter()
+        .map(|c| {
+            let rate = *c as f64 / w;
+            let n = capacities.iter().position(|cap| *cap >= rate).map_or(max, |i| i as i32 + 1);
+            n.clamp(min, max)
+        })
+        .collect();
+    let replica_seconds =
+        replicas.iter().enumerate().map(|(k, n)| f64::from(*n) * w.min(trace.duration - k as f64 * w)).sum();
+    Bound { replicas, replica_seconds }
+}
+
+/// One replica's profile: mean TTFT and ITL at stationary request rates, as Dynamo's
+/// pre-deployment profiler would record it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Profiled {
+    /// (requests/s, mean TTFT s, mean ITL s), by rate.
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+impl Profiled {
+    /// Profiles one replica at `steps` rates up to `top` requests/s.
+    pub fn measure(
+        config: &SimConfig,
+        top: f64,
+        steps: usize,
+        lengths: (Length, Length),
+    ) -> Result<Profiled, SimError> {
+        let points = (1..=steps)
+            .map(|k| {
+                let rate = top * k as f64 / steps as f64;
+                stationary(config, 1, rate, lengths).map(|(_, _, ttft, itl)| (rate, ttft, itl))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Profiled { points })
+    }
+
+    /// Interpolated (mean TTFT, mean ITL) at `rate` per replica (the ends extend flat).
+    pub fn means_at(&self, rate: f64) -> (f64, f64) {
+        let p = &self.points;
+        let Some(first) = p.first() else { return (0.0, 0.0) };
+        if rate <= first.0 {
+            return (first.1, first.2);
+        }
+        for w in p.windows(2) {
+            if rate <= w[1].0 {
+                let f = (rate - w[0].0) / (w[1].0 - w[0].0);
+                return (w[0].1 + f * (w[1].1 - w[0].1), w[0].2 + f * (w[1].2 - w[0].2));
+            }
+        }
+        let last = p[p.len() - 1];
+        (last.1, last.2)
+    }
+
+    /// The highest rate per replica whose interpolated means stay within both targets.
+    pub fn rate_meeting(&self, ttft: f64, itl: f64) -> f64 {
+        let ok = |r: f64| {
+            let (a, b) = self.means_at(r);
+            a <= ttft && b <= itl
+        };
+        let top = self.points.last().map_or(0.0, |p| p.0);
+        let mut best = 0.0;
+        let n = 400;
+        for k in 1..=n {
+            let r = top * f64::from(k) / f64::from(n);
+            if ok(r) {
+                best = r;
+            } else {
+                break;
+            }
+        }
+        best
+    }
+}

@@ -1,0 +1,318 @@
+//! Running the simulator from the command line: one policy on one trace, or `--compare`, every
+//! policy on every trace, with the best static replica count searched and the offline bound
+//! computed; JSON summaries, per-window timelines, timeline pictures and a Markdown table.
+
+use super::calibrate::{self, Bound, Profiled};
+use super::pacer::Pacer;
+use super::policy::{Dynamo, Kpa, LlmdSlo, Policy, Static};
+use super::score::Outcome;
+use super::trace::{self, Shape, Trace, TraceSpec};
+use super::{SimConfig, SimError, simulate};
+use pacer_bench::load::Length;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// A policy by name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyName {
+    /// Pacer's planner.
+    Pacer,
+    /// llm-d's SLO saturation law behind an HPA.
+    LlmdSlo,
+    /// NVIDIA Dynamo's planner.
+    Dynamo,
+    /// Knative's KPA.
+    Kpa,
+    /// A fixed number of replicas.
+    Static(i32),
+    /// The offline lower bound (a number, not a run).
+    Bound,
+}
+
+impl std::str::FromStr for PolicyName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<PolicyName, String> {
+        match s {
+            "pacer" => Ok(PolicyName::Pacer),
+            "llmd-slo" => Ok(PolicyName::LlmdSlo),
+            "dynamo" => Ok(PolicyName::Dynamo),
+            "kpa" => Ok(PolicyName::Kpa),
+            "bound" => Ok(PolicyName::Bound),
+            _ => s
+                .strip_prefix("static:")
+                .and_then(|n| n.parse().ok())
+                .filter(|n: &i32| *n >= 1)
+                .map(PolicyName::Static)
+                .ok_or_else(|| format!("`{s}`: expected pacer, llmd-slo, dynamo, kpa, static:N or bound")),
+        }
+    }
+}
+
+/// What the profile says, computed once per configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    /// Highest stationary rate meeting the SLA, for 1..=max replicas.
+    pub capacities: Vec<f64>,
+    /// One replica's mean latencies across rates (Dynamo's profile).
+    pub profiled: Profiled,
+}
+
+/// The lengths every trace draws from.
+pub const LENGTHS: (Length, Length) = (trace::PROMPT_TOKENS, trace::OUTPUT_TOKENS);
+
+/// Calibrates `config` (a few seconds of CPU).
+pub fn calibrate(config: &SimConfig) -> Result<Calibration, SimError> {
+    let capacities = calibrate::capacities(config, LENGTHS)?;
+    let one = capacities.first().copied().unwrap_or(1.0).max(0.05);
+    let profiled = Profiled::measure(config, 1.6 * one, 24, LENGTHS)?;
+    Ok(Calibration { capacities, profiled })
+}
+
+/// The trace `shape` at its base rate (a multiple of one replica's capacity).
+pub fn trace_for(shape: &Shape, cal: &Calibration, hours: f64, seed: u64) -> Result<Trace, SimError> {
+    let one = cal.capacities.first().copied().unwrap_or(1.0);
+    trace::generate(&TraceSpec {
+        shape: shape.clone(),
+        base_rate: one * shape.load_multiple(),
+        duration: hours * 3600.0,
+        seed,
+        prompt: LENGTHS.0,
+        output: LENGTHS.1,
+    })
+}
+
+/// The policy `name` for `config`.
+pub fn make_policy(name: &PolicyName, config: &SimConfig, cal: &Calibration) -> Option<Box<dyn Policy>> {
+    Some(match name {
+        PolicyName::Pacer => Box::new(Pacer::new(&config.spec, config.profiles.clone())),
+        PolicyName::LlmdSlo => Box::new(LlmdSlo::new(&config.spec)),
+        PolicyName::Dynamo => Box::new(Dynamo::new(&config.spec, cal.profiled.clone())),
+        PolicyName::Kpa => Box::new(Kpa::new(&config.spec)),
+        PolicyName::Static(n) => Box::new(Static { replicas: *n }),
+        PolicyName::Bound => return None,
+    })
+}
+
+/// Runs `name` on `trace` with the bound filled in.
+pub fn run_one(
+    config: &SimConfig,
+    trace: &Trace,
+    name: &PolicyName,
+    cal: &Calibration,
+) -> Result<Outcome, SimError> {
+    let bound = calibrate::bound(config, trace, &cal.capacities);
+    let mut policy = make_policy(name, config, cal)
+        .ok_or_else(|| SimError::Input("the bound is not a run; use it with --compare or alone".into()))?;
+    // Every run starts sized for its first minute (a service already serving its load, as the
+    // bound is), and a static one at its size, so no policy pays for a cold start.
+    let mut config = config.clone();
+    config.initial.replicas = match name {
+        PolicyName::Static(n) => *n,
+        _ => bound.replicas.first().copied().unwrap_or(config.spec.min_replicas),
+    }
+    .clamp(config.spec.min_replicas, config.spec.max_replicas);
+    let mut outcome = simulate(&config, trace, policy.as_mut())?;
+    outcome.summary.bound_replica_seconds = Some(bound.replica_seconds);
+    outcome.summary.vs_bound = Some(outcome.summary.replica_seconds / bound.replica_seconds.max(1e-9));
+    Ok(outcome)
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<(), SimError> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| SimError::Output { path: path.display().to_string(), message: e.to_string() })?;
+    std::fs::write(path, text + "\n")
+        .map_err(|e| SimError::Output { path: path.display().to_string(), message: e.to_string() })
+}
+
+fn mkdir(dir: &Path) -> Result<(), SimError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| SimError::Output { path: dir.display().to_string(), message: e.to_string() })
+}
+
+/// Writes `summary.json`, `timeline.json` and the timeline picture of `outcome` into `dir`.
+pub fn write_outcome(dir: &Path, outcome: &Outcome, config: &SimConfig) -> Result<Vec<PathBuf>, SimError> {
+    mkdir(dir)?;
+    let summary = dir.join("summary.json");
+    write_json(&summary, &outcome.summary)?;
+    let timeline = dir.join("timeline.json");
+    write_json(&timeline, &serde_json::json!({"windows": outcome.timeline, "decisions": outcome.decisions}))?;
+    let mut files = vec![summary, timeline];
+    let pictures =
+        super::plot::timeline(dir, outcome, (config.spec.ttft_target, config.spec.itl_target)).map_err(
+            |message| SimError::Output { path: dir.join("timeline.svg").display().to_string(), message },
+        )?;
+    files.extend(pictures);
+    Ok(files)
+}
+
+/// One line of the comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Trace name.
+    pub trace: String,
+    /// Policy name (the best static count as `static:N*`).
+    pub policy: String,
+    /// Share of windows meeting the SLA.
+    pub attainment: f64,
+    /// Pods × seconds.
+    pub replica_seconds: f64,
+    /// Against the bound.
+    pub vs_bound: f64,
+    /// Lever changes per hour.
+    pub changes_per_hour: f64,
+    /// Lever changes per hour while stationary.
+    pub stationary_changes_per_hour: Option<f64>,
+    /// Seconds to recover after the step.
+    pub recovery_s: Option<f64>,
+    /// Requests failed.
+    pub failed: u64,
+}
+
+impl Row {
+    fn of(o: &Outcome, name: &str) -> Row {
+        let s = &o.summary;
+        Row {
+            trace: s.trace.clone(),
+            policy: name.into(),
+            attainment: s.attainment,
+            replica_seconds: s.replica_seconds,
+            vs_bound: s.vs_bound.unwrap_or(f64::NAN),
+            changes_per_hour: s.changes_per_hour,
+            stationary_changes_per_hour: s.stationary_changes_per_hour,
+            recovery_s: s.recovery_s,
+            failed: s.failed,
+        }
+    }
+}
+
+/// The smallest static count meeting ≥ 99 % attainment on `trace` (or the maximum, if none
+/// does), and its outcome.
+pub fn best_static(
+    config: &SimConfig,
+    trace: &Trace,
+    cal: &Calibration,
+) -> Result<(i32, Outcome, bool), SimError> {
+    let mut last = None;
+    for n in config.spec.min_replicas..=config.spec.max_replicas {
+        let o = run_one(config, trace, &PolicyName::Static(n), cal)?;
+        if o.summary.attainment >= 0.99 {
+            return Ok((n, o, true));
+        }
+        last = Some((n, o));
+    }
+    let (n, o) = last.ok_or_else(|| SimError::Input("the replica range is empty".into()))?;
+    Ok((n, o, false))
+}
+
+/// Every policy on every trace; writes each run under `out/<trace>/<policy>/`, and
+/// `compare.json` and `compare.md` into `out`. Returns the rows.
+pub fn compare(
+    config: &SimConfig,
+    cal: &Calibration,
+    hours: f64,
+    seed: u64,
+    out: &Path,
+) -> Result<Vec<Row>, SimError> {
+    let shapes = [Shape::Step, Shape::Ramp, Shape::Diurnal, Shape::Bursty];
+    let policies = [PolicyName::Pacer, PolicyName::LlmdSlo, PolicyName::Dynamo, PolicyName::Kpa];
+    let mut rows = Vec::new();
+    for shape in &shapes {
+        let trace = trace_for(shape, cal, hours, seed)?;
+        let bound = calibrate::bound(config, &trace, &cal.capacities);
+        for name in &policies {
+            let o = run_one(config, &trace, name, cal)?;
+            let policy = o.summary.policy.clone();
+            write_outcome(&out.join(&trace.name).join(&policy), &o, config)?;
+            rows.push(Row::of(&o, &policy));
+        }
+        let (n, o, met) = best_static(config, &trace, cal)?;
+        let label = if met { format!("static:{n}*") } else { format!("static:{n} (none meets 99 %)") };
+        write_outcome(&out.join(&trace.name).join("static-best"), &o, config)?;
+        rows.push(Row::of(&o, &label));
+        rows.push(bound_row(&trace, &bound));
+    }
+    write_json(&out.join("compare.json"), &serde_json::json!({"calibration": cal, "rows": rows}))?;
+    let md = markdown(&rows);
+    std::fs::write(out.join("compare.md"), &md).map_err(|e| SimError::Output {
+        path: out.join("compare.md").display().to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(rows)
+}
+
+fn bound_row(trace: &Trace, bound: &Bound) -> Row {
+    Row {
+        trace: trace.name.clone(),
+        policy: "bound".into(),
+        attainment: f64::NAN,
+        replica_seconds: bound.replica_seconds,
+        vs_bound: 1.0,
+        changes_per_hour: f64::NAN,
+        stationary_changes_per_hour: None,
+        recovery_s: None,
+        failed: 0,
+    }
+}
+
+/// The comparison as a Markdown table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| trace | policy | SLA attainment | replica-seconds | vs bound | changes/h | changes/h stationary | recovery after step | failed |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let num = |v: f64, f: &dyn Fn(f64) -> String| if v.is_finite() { f(v) } else { "—".into() };
+    for r in rows {
+        s += &format!(
+            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |\n",
+            r.trace,
+            r.policy,
+            num(r.attainment, &|v| format!("{:.1} %", v * 100.0)),
+            r.replica_seconds,
+            num(r.vs_bound, &|v| format!("{v:.2}×")),
+            num(r.changes_per_hour, &|v| format!("{v:.1}")),
+            r.stationary_changes_per_hour.map_or("—".into(), |v| format!("{v:.1}")),
+            r.recovery_s.map_or("—".into(), |v| format!("{v:.0} s")),
+            if r.policy == "bound" { "—".into() } else { r.failed.to_string() },
+        );
+    }
+    s
+}
+
+/// One `pacer-operator simulate` invocation.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The service and its profiles.
+    pub config: SimConfig,
+    /// The trace shape.
+    pub trace: Shape,
+    /// The policy.
+    pub policy: PolicyName,
+    /// Hours of simulated time.
+    pub hours: f64,
+    /// Seed of the trace.
+    pub seed: u64,
+    /// Output folder.
+    pub out: PathBuf,
+    /// Every policy on every trace instead of one run.
+    pub compare: bool,
+}
+
+/// Runs what `options` asks for; returns the files written.
+pub fn run(options: &Options) -> Result<Vec<PathBuf>, SimError> {
+    let Options { config, trace: shape, policy, hours, seed, out, compare: all } = options;
+    mkdir(out)?;
+    let cal = calibrate(config)?;
+    if *all {
+        compare(config, &cal, *hours, *seed, out)?;
+        return Ok(vec![out.join("compare.json"), out.join("compare.md")]);
+    }
+    let trace = trace_for(shape, &cal, *hours, *seed)?;
+    if *policy == PolicyName::Bound {
+        let bound = calibrate::bound(config, &trace, &cal.capacities);
+        let path = out.join("bound.json");
+        write_json(&path, &serde_json::json!({"trace": trace.name, "calibration": cal, "bound": bound}))?;
+        return Ok(vec![path]);
+    }
+    let outcome = run_one(config, &trace, policy, &cal)?;
+    write_outcome(out, &outcome, config)
+}

@@ -1,0 +1,333 @@
+//! One engine replica on the virtual clock, scheduled like `pacer-engine`'s loop: admission in
+//! arrival order while a batch slot and KV blocks for the whole request are free, steps of one
+//! token per decode row first and chunked prefill in the rest of the token budget, an idle
+//! engine waiting `batch_wait_ms` to fill a batch, and each step lasting what the profile's
+//! step model says. It records per-request truth (TTFT, every ITL gap, E2E) and the engine's
+//! Prometheus histograms.
+
+use super::prom::EngineMetrics;
+use crate::planner::StepModel;
+use std::collections::VecDeque;
+
+/// Tokens one step may carry (`--max-num-batched-tokens`' default).
+pub const STEP_TOKEN_BUDGET: u32 = 512;
+/// KV-cache tokens per engine (the engine's default).
+pub const KV_CACHE_TOKENS: u32 = 32768;
+/// KV blocks hold this many tokens; reservations round up to whole blocks.
+pub const KV_BLOCK_TOKENS: u32 = 16;
+
+/// One request as the engine sees it.
+#[derive(Debug, Clone)]
+pub struct Seq {
+    /// Index of the request in its trace.
+    pub id: usize,
+    /// When the engine accepted it.
+    pub arrival: f64,
+    /// Prompt tokens.
+    pub prompt: u32,
+    /// Tokens to generate (at least 1).
+    pub output: u32,
+    prefilled: u32,
+    generated: u32,
+    last_token: f64,
+    ttft: f64,
+    itls: Vec<f32>,
+    kv: u32,
+}
+
+impl Seq {
+    /// A request arriving at `arrival`.
+    pub fn new(id: usize, arrival: f64, prompt: u32, output: u32) -> Seq {
+        Seq {
+            id,
+            arrival,
+            prompt: prompt.max(1),
+            output: output.max(1),
+            prefilled: 0,
+            generated: 0,
+            last_token: arrival,
+            ttft: 0.0,
+            itls: Vec::new(),
+            kv: 0,
+        }
+    }
+
+    fn in_prefill(&self) -> bool {
+        self.prefilled < self.prompt
+    }
+
+    fn kv_budget(&self) -> u32 {
+        (self.prompt + self.output).div_ceil(KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    }
+}
+
+/// A request the engine finished, with its measured latencies.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// Index of the request in its trace.
+    pub id: usize,
+    /// When it finished.
+    pub at: f64,
+    /// Arrival → first token, seconds.
+    pub ttft: f64,
+    /// Every gap between consecutive tokens, seconds.
+    pub itls: Vec<f32>,
+    /// Arrival → last token, seconds.
+    pub e2e: f64,
+}
+
+/// The live batch settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settings {
+    /// Most sequences in the running batch.
+    pub max_batch_size: u32,
+    /// Seconds an idle engine waits to fill a batch.
+    pub batch_wait: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    index: usize,
+    tokens: u32,
+    decode: bool,
+}
+
+/// One engine replica.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    step: StepModel,
+    waiting: VecDeque<Seq>,
+    running: Vec<Seq>,
+    kv_free: u32,
+    /// The step in flight: when it ends and what it carries.
+    in_step: Option<(f64, Vec<Planned>)>,
+    /// An idle engine's batch-wait deadline.
+    wake: Option<f64>,
+    /// The engine's Prometheus series.
+    pub metrics: EngineMetrics,
+    /// Requests it could never serve (larger than its KV cache).
+    pub failed: u64,
+}
+
+impl Engine {
+    /// An idle engine whose steps take what `step` says.
+    pub fn new(step: StepModel) -> Engine {
+        Engine {
+            step,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            kv_free: KV_CACHE_TOKENS,
+            in_step: None,
+            wake: None,
+            metrics: EngineMetrics::default(),
+            failed: 0,
+        }
+    }
+
+    /// Requests in the engine (running and waiting): what a least-outstanding router counts.
+    pub fn outstanding(&self) -> usize {
+        self.running.len() + self.waiting.len()
+    }
+
+    /// `vllm:num_requests_running`.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// `vllm:num_requests_waiting`.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// `vllm:kv_cache_usage_perc`.
+    pub fn kv_usage(&self) -> f64 {
+        1.0 - f64::from(self.kv_free) / f64::from(KV_CACHE_TOKENS)
+    }
+
+    /// When this engine next needs the clock: its step's end or its batch-wait deadline.
+    pub fn next_event(&self) -> Option<f64> {
+        self.in_step.as_ref().map(|(t, _)| *t).or(self.wake)
+    }
+
+    /// Accepts a request at `now` and starts a step if the engine was idle.
+    pub fn submit(&mut self, seq: Seq, now: f64, settings: Settings) {
+        self.waiting.push_back(seq);
+        self.start(now, settings);
+    }
+
+    /// Advances the engine to `now`: finishes the step that ends now (pushing finished
+    /// requests into `done`) and starts the next one if there is work.
+    pub fn poll(&mut self, now: f64, settings: Settings, done: &mut Vec<Finished>) {
+        if let Some((end, _)) = &self.in_step {
+            if *end > now {
+                return;
+            }
+            let (end, plan) = self.in_step.take().unwrap_or_else(|| unreachable!("checked above"));
+            self.complete(end, &plan, done);
+        }
+        self.start(now, settings);
+    }
+
+    fn complete(&mut self, now: f64, plan: &[Planned], done: &mut Vec<Finished>) {
+        for p in plan {
+            let s = &mut self.running[p.index];
+            if p.decode {
+                let gap = now - s.last_token;
+                s.itls.push(gap as f32);
+                self.metrics.itl.observe(gap);
+                s.generated += 1;
+                s.last_token = now;
+                self.metrics.generation_tokens += 1.0;
+            } else {
+                s.prefilled += p.tokens;
+                self.metrics.prompt_tokens += f64::from(p.tokens);
+                if !s.in_prefill() {
+                    // The last prompt chunk's logits give the first token.
+                    s.generated = 1;
+                    s.ttft = now - s.arrival;
+                    s.last_token = now;
+                    self.metrics.ttft.observe(s.ttft);
+                    self.metrics.generation_tokens += 1.0;
+                }
+            }
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].generated >= self.running[i].output {
+                let s = self.running.remove(i);
+                self.kv_free += s.kv;
+                let e2e = now - s.arrival;
+                self.metrics.e2e.observe(e2e);
+                self.metrics.success += 1.0;
+                done.push(Finished { id: s.id, at: now, ttft: s.ttft, itls: s.itls, e2e });
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn start(&mut self, now: f64, settings: Settings) {
+        if self.in_step.is_some() {
+            return;
+        }
+        self.wake = None;
+        if self.running.is_empty() && !self.waiting.is_empty() && settings.batch_wait > 0.0 {
+            // An idle engine waits for a fuller batch, up to batch_wait after the first arrival.
+            let deadline = self.waiting[0].arrival + settings.batch_wait;
+            if (self.waiting.len() as u32) < settings.max_batch_size && now < deadline {
+                self.wake = Some(deadline);
+                return;
+            }
+        }
+        self.admit(settings);
+        if self.running.is_empty() {
+            return;
+        }
+        let mut budget = STEP_TOKEN_BUDGET;
+        let mut plan = Vec::with_capacity(self.running.len());
+        let (mut rows, mut context, mut prefill) = (0u32, 0u64, 0u32);
+        for (index, s) in self.running.iter().enumerate() {
+            if !s.in_prefill() {
+                plan.push(Planned { index, tokens: 1, decode: true });
+                rows += 1;
+                context += u64::from(s.prompt + s.generated);
+                budget = budget.saturating_sub(1);
+            }
+        }
+        for (index, s) in self.running.iter().enumerate() {
+            if s.in_prefill() && budget > 0 {
+                let chunk = (s.prompt - s.prefilled).min(budget);
+                budget -= chunk;
+                prefill += chunk;
+                plan.push(Planned { index, tokens: chunk, decode: false });
+            }
+        }
+        if plan.is_empty() {
+            return;
+        }
+        let seconds = self.step.step_seconds(f64::from(rows), f64::from(prefill), context as f64);
+        self.in_step = Some((now + seconds.max(1e-6), plan));
+    }
+
+    /// Moves waiting requests into the batch while a slot and their whole KV budget are free.
+    fn admit(&mut self, settings: Settings) {
+        while (self.running.len() as u32) < settings.max_batch_size.max(1) {
+            let Some(front) = self.waiting.front() else { break };
+            let budget = front.kv_budget();
+            if budget > self.kv_free {
+                if self.running.is_empty() && budget > KV_CACHE_TOKENS {
+                    // It would never fit: fail it rather than block the queue forever.
+                    self.waiting.pop_front();
+                    self.failed += 1;
+                    continue;
+                }
+                break;
+            }
+            let Some(mut s) = self.waiting.pop_front() else { break };
+            s.kv = budget;
+            self.kv_free -= budget;
+            self.running.push(s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> StepModel {
+        StepModel {
+            base_s: 0.012,
+            per_decode_row_s: 0.001,
+            per_prefill_token_s: 0.00035,
+            per_context_token_s: 0.0,
+        }
+    }
+
+    fn run_alone(prompt: u32, output: u32, settings: Settings) -> Finished {
+        let mut e = Engine::new(model());
+        e.submit(Seq::new(0, 0.0, prompt, output), 0.0, settings);
+        let mut done = Vec::new();
+        while let Some(t) = e.next_event() {
+            e.poll(t, settings, &mut done);
+        }
+        done.pop().expect("finished")
+    }
+
+    #[test]
+    fn one_request_alone_reproduces_the_profile() {
+        let settings = Settings { max_batch_size: 8, batch_wait: 0.0 };
+        let f = run_alone(200, 10, settings);
+        // TTFT = one prefill step of 200 tokens; every ITL = a one-row decode step.
+        assert!((f.ttft - model().step_seconds(0.0, 200.0, 0.0)).abs() < 1e-9, "{}", f.ttft);
+        assert_eq!(f.itls.len(), 9);
+        for g in &f.itls {
+            assert!((f64::from(*g) - model().step_seconds(1.0, 0.0, 0.0)).abs() < 1e-6, "{g}");
+        }
+        // A prompt longer than the token budget takes two chunks.
+        let f = run_alone(600, 2, settings);
+        let expect = model().step_seconds(0.0, 512.0, 0.0) + model().step_seconds(0.0, 88.0, 0.0);
+        assert!((f.ttft - expect).abs() < 1e-9);
+        // batch_wait delays a lone request's first step by the wait.
+        let f = run_alone(200, 1, Settings { max_batch_size: 8, batch_wait: 0.02 });
+        assert!((f.ttft - 0.02 - model().step_seconds(0.0, 200.0, 0.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_batch_cap_and_kv_budget_hold_requests_back() {
+        let settings = Settings { max_batch_size: 2, batch_wait: 0.0 };
+        let mut e = Engine::new(model());
+        for i in 0..3 {
+            e.submit(Seq::new(i, 0.0, 10, 5), 0.0, settings);
+        }
+        // The first started a step alone; the others join at the next step, up to the cap.
+        assert_eq!((e.running(), e.waiting()), (1, 2));
+        let t = e.next_event().expect("a step");
+        e.poll(t, settings, &mut Vec::new());
+        assert_eq!((e.running(), e.waiting()), (2, 1));
+        // A request larger than the whole cache fails instead of blocking the queue.
+        let mut e = Engine::new(model());
+        e.submit(Seq::new(0, 0.0, KV_CACHE_TOKENS, 5), 0.0, settings);
+        assert_eq!((e.failed, e.running()), (1, 0));
+    }
+}

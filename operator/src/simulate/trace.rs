@@ -1,0 +1,304 @@
+//! Seeded request traces: when each request arrives and how long its prompt and output are.
+//! Arrivals are `pacer-bench`'s open-loop schedule at unit rate (Poisson, or gamma for bursts)
+//! mapped through the trace's cumulative rate, so one generator serves every shape; replays
+//! read JSON lines (this module's `prompt_tokens`/`output_tokens` lines, or `pacer-bench`
+//! datasets with timestamps).
+
+use super::SimError;
+use pacer_bench::load::{Arrivals, Length, Rng};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// One request of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// Seconds from the start.
+    pub timestamp: f64,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Output tokens.
+    pub output_tokens: u32,
+}
+
+/// The shape of a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// The base rate throughout, Poisson arrivals.
+    Steady,
+    /// The base rate, doubled for the middle third of the run.
+    Step,
+    /// The rate grows linearly to 4× the base over the run.
+    Ramp,
+    /// A day compressed into the run: a sinusoid from the base rate up to 4× and back.
+    Diurnal,
+    /// The base rate with gamma inter-arrivals of coefficient of variation 3.
+    Bursty,
+    /// Requests read from a JSON-lines file.
+    Replay(PathBuf),
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Shape, String> {
+        match s {
+            "steady" => Ok(Shape::Steady),
+            "step" => Ok(Shape::Step),
+            "ramp" => Ok(Shape::Ramp),
+            "diurnal" => Ok(Shape::Diurnal),
+            "bursty" => Ok(Shape::Bursty),
+            _ => match s.strip_prefix("replay:") {
+                Some(path) if !path.is_empty() => Ok(Shape::Replay(PathBuf::from(path))),
+                _ => Err(format!("`{s}`: expected steady, step, ramp, diurnal, bursty or replay:FILE.jsonl")),
+            },
+        }
+    }
+}
+
+impl Shape {
+    /// The name in tables and file names.
+    pub fn name(&self) -> String {
+        match self {
+            Shape::Steady => "steady".into(),
+            Shape::Step => "step".into(),
+            Shape::Ramp => "ramp".into(),
+            Shape::Diurnal => "diurnal".into(),
+            Shape::Bursty => "bursty".into(),
+            Shape::Replay(p) => format!("replay:{}", p.display()),
+        }
+    }
+
+    /// The base rate as a multiple of one replica's capacity at the SLA, chosen so the
+    /// interesting range lies between a few and most of the replicas.
+    pub fn load_multiple(&self) -> f64 {
+        match self {
+            Shape::Steady | Shape::Step => 2.0,
+            Shape::Ramp => 1.25,
+            Shape::Diurnal => 1.2,
+            Shape::Bursty => 2.5,
+            Shape::Replay(_) => 1.0,
+        }
+    }
+
+    /// The arrival rate at `t` of a run of `duration` seconds, relative to the base rate.
+    pub fn relative_rate(&self, t: f64, duration: f64) -> f64 {
+        match self {
+            Shape::Step => {
+                if (duration / 3.0..2.0 * duration / 3.0).contains(&t) {
+                    2.0
+                } else {
+                    1.0
+                }
+            }
+            Shape::Ramp => 1.0 + 3.0 * t / duration,
+            Shape::Diurnal => 1.0 + 1.5 * (1.0 - (std::f64::consts::TAU * t / duration).cos()),
+            Shape::Steady | Shape::Bursty | Shape::Replay(_) => 1.0,
+        }
+    }
+
+    /// When the load steps, for the recovery score.
+    pub fn step_at(&self, duration: f64) -> Option<f64> {
+        matches!(self, Shape::Step).then_some(duration / 3.0)
+    }
+
+    /// Where the rate is constant (start, end), for the changes-per-hour-while-stationary score.
+    pub fn stationary(&self, duration: f64) -> Vec<(f64, f64)> {
+        match self {
+            // The settling after each step (10 min) is not stationary.
+            Shape::Step => {
+                let third = duration / 3.0;
+                vec![(0.0, third), (third + 600.0, 2.0 * third), (2.0 * third + 600.0, duration)]
+            }
+            // The first 10 min settle from the minimum replicas.
+            Shape::Steady | Shape::Bursty => vec![(600.0_f64.min(duration), duration)],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A generated or replayed trace.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    /// The shape's name.
+    pub name: String,
+    /// The shape.
+    pub shape: Shape,
+    /// Requests in arrival order.
+    pub requests: Vec<Request>,
+    /// Seconds the run lasts.
+    pub duration: f64,
+    /// Base requests per second.
+    pub base_rate: f64,
+}
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct TraceSpec {
+    /// The shape.
+    pub shape: Shape,
+    /// Base requests per second.
+    pub base_rate: f64,
+    /// Seconds.
+    pub duration: f64,
+    /// Seed of arrivals and lengths.
+    pub seed: u64,
+    /// Prompt lengths.
+    pub prompt: Length,
+    /// Output lengths.
+    pub output: Length,
+}
+
+/// Prompt lengths fitting the test model's serving setup (64–512 tokens).
+pub const PROMPT_TOKENS: Length = Length::Uniform { min: 64, max: 512 };
+/// Output lengths (32–256 tokens).
+pub const OUTPUT_TOKENS: Length = Length::Uniform { min: 32, max: 256 };
+
+/// Builds the trace `spec` describes.
+pub fn generate(spec: &TraceSpec) -> Result<Trace, SimError> {
+    if let Shape::Replay(path) = &spec.shape {
+        return replay(path, spec.duration);
+    }
+    let mut rng = Rng::new(spec.seed);
+    let burstiness = if matches!(spec.shape, Shape::Bursty) { 1.0 / 9.0 } else { 1.0 };
+    // Cumulative rate on a fine grid; arrivals of a unit-rate process are mapped through its
+    // inverse (time change), which keeps the process' burstiness and gives the shape's rate.
+    let dt = 0.5;
+    let steps = (spec.duration / dt).ceil() as usize;
+    let mut cumulative = Vec::with_capacity(steps + 1);
+    let mut acc = 0.0;
+    cumulative.push(0.0);
+    for k in 0..steps {
+        let t = (k as f64 + 0.5) * dt;
+        acc += spec.base_rate * spec.shape.relative_rate(t, spec.duration) * dt;
+        cumulative.push(acc);
+    }
+    let expected = acc;
+    let n = (expected * 1.2 + 10.0 * expected.sqrt() + 100.0) as usize;
+    let unit = Arrivals::Open { rate: 1.0, burstiness, ramp_to: None }.schedule(n, &mut rng);
+    let mut requests = Vec::with_capacity(expected as usize + 16);
+    for u in unit {
+        if u >= expected {
+            break;
+        }
+        let k = cumulative.partition_point(|c| *c <= u).max(1) - 1;
+        let within = (u - cumulative[k]) / (cumulative[k + 1] - cumulative[k]).max(f64::MIN_POSITIVE);
+        let t = (k as f64 + within) * dt;
+        requests.push(Request {
+            timestamp: t.min(spec.duration),
+            prompt_tokens: spec.prompt.sample(&mut rng) as u32,
+            output_tokens: spec.output.sample(&mut rng) as u32,
+        });
+    }
+    Ok(Trace {
+        name: spec.shape.name(),
+        shape: spec.shape.clone(),
+        requests,
+        duration: spec.duration,
+        base_rate: spec.base_rate,
+    })
+}
+
+/// Reads a replay: this module's lines (`timestamp`, `prompt_tokens`, `output_tokens`), or a
+/// `pacer-bench` dataset with timestamps (prompt words count as tokens, as its synthetic
+/// prompts are built; `max_tokens` is the output). A duration of 0 means the trace's own.
+fn replay(path: &std::path::Path, duration: f64) -> Result<Trace, SimError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SimError::Input(format!("reading {}: {e}", path.display())))?;
+    let ours: Result<Vec<Request>, _> =
+        text.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str::<Request>).collect();
+    let mut requests = match ours {
+        Ok(r) => r,
+        Err(_) => {
+            let items = pacer_bench::dataset::parse(&text)
+                .map_err(|e| SimError::Input(format!("{}: {e}", path.display())))?;
+            let times = pacer_bench::dataset::replay_schedule(&items, 1.0)
+                .map_err(|e| SimError::Input(format!("{}: {e}", path.display())))?;
+            items
+                .iter()
+                .zip(times)
+                .map(|(it, t)| Request {
+                    timestamp: t,
+                    prompt_tokens: it.prompt.as_deref().map_or(64, |p| p.split_whitespace().count()) as u32,
+                    output_tokens: it.max_tokens.unwrap_or(128) as u32,
+                })
+                .collect()
+        }
+    };
+    if requests.is_empty() {
+        return Err(SimError::Input(format!("{}: no requests", path.display())));
+    }
+    requests.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
+    let start = requests[0].timestamp;
+    requests.iter_mut().for_each(|r| r.timestamp -= start);
+    let own = requests.last().map_or(0.0, |r| r.timestamp) + 1.0;
+    let duration = if duration > 0.0 { duration.min(own) } else { own };
+    requests.retain(|r| r.timestamp < duration);
+    let base_rate = requests.len() as f64 / duration;
+    Ok(Trace { name: "replay".into(), shape: Shape::Replay(path.into()), requests, duration, base_rate })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(shape: Shape) -> TraceSpec {
+        TraceSpec {
+            shape,
+            base_rate: 5.0,
+            duration: 3600.0,
+            seed: 1,
+            prompt: PROMPT_TOKENS,
+            output: OUTPUT_TOKENS,
+        }
+    }
+
+    #[test]
+    fn traces_follow_their_rate_shape_and_are_reproducible() {
+        let step = generate(&spec(Shape::Step)).unwrap();
+        let count = |t: &Trace, a: f64, b: f64| {
+            t.requests.iter().filter(|r| r.timestamp >= a && r.timestamp < b).count() as f64
+        };
+        let before = count(&step, 0.0, 1200.0) / 1200.0;
+        let during = count(&step, 1200.0, 2400.0) / 1200.0;
+        let after = count(&step, 2400.0, 3600.0) / 1200.0;
+        assert!((before - 5.0).abs() < 0.4 && (during - 10.0).abs() < 0.5, "{before} {during}");
+        assert!((after - 5.0).abs() < 0.4, "{after}");
+        let ramp = generate(&spec(Shape::Ramp)).unwrap();
+        assert!((count(&ramp, 3300.0, 3600.0) / 300.0 - 5.0 * 3.875).abs() < 1.5);
+        let again = generate(&spec(Shape::Step)).unwrap();
+        assert_eq!(step.requests, again.requests);
+        assert!(step.requests.iter().all(|r| (64..=512).contains(&r.prompt_tokens)));
+        assert!(step.requests.iter().all(|r| (32..=256).contains(&r.output_tokens)));
+    }
+
+    #[test]
+    fn bursty_arrivals_have_a_coefficient_of_variation_near_three() {
+        let t = generate(&spec(Shape::Bursty)).unwrap();
+        let gaps: Vec<f64> = t.requests.windows(2).map(|w| w[1].timestamp - w[0].timestamp).collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+        let cv = var.sqrt() / mean;
+        assert!((2.4..3.6).contains(&cv), "CV {cv}");
+        assert!((1.0 / mean - 5.0).abs() < 0.8, "rate {}", 1.0 / mean);
+    }
+
+    #[test]
+    fn replays_read_both_formats() {
+        let dir = std::env::temp_dir().join(format!("pacer-sim-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ours = dir.join("ours.jsonl");
+        std::fs::write(
+            &ours,
+            "{\"timestamp\": 10, \"prompt_tokens\": 100, \"output_tokens\": 20}\n\
+             {\"timestamp\": 12.5, \"prompt_tokens\": 50, \"output_tokens\": 5}\n",
+        )
+        .unwrap();
+        let t = generate(&spec(Shape::Replay(ours))).unwrap();
+        assert_eq!(t.requests.len(), 2);
+        assert_eq!(t.requests[1].timestamp, 2.5);
+        let bench = dir.join("bench.jsonl");
+        std::fs::write(&bench, "{\"prompt\": \"a b c\", \"max_tokens\": 7, \"timestamp\": 3}\n").unwrap();
+        let t = generate(&spec(Shape::Replay(bench))).unwrap();
+        assert_eq!((t.requests[0].prompt_tokens, t.requests[0].output_tokens), (3, 7));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

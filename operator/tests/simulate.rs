@@ -1,0 +1,136 @@
+//! The simulator against its physics and Pacer's planner against the scenarios it must pass:
+//! Little's law on a stationary run, static capacity below and above the load, the load step
+//! (recover, rise, fall), a stationary load (few changes) and degrading a tier at max replicas
+//! then restoring it. Fixed seeds; each run is minutes to hours of simulated time.
+
+use pacer_crds::Tier;
+use pacer_operator::planner::Levers;
+use pacer_operator::simulate::compare::LENGTHS;
+use pacer_operator::simulate::policy::{Policy, Static, Tick};
+use pacer_operator::simulate::prom::Seen;
+use pacer_operator::simulate::trace::{Shape, TraceSpec, generate};
+use pacer_operator::simulate::{SimConfig, calibrate, pacer::Pacer, read_spec, simulate, test_profile};
+
+fn config(yaml_overrides: &str) -> SimConfig {
+    let mut yaml = pacer_operator::simulate::DEFAULT_SPEC.to_string();
+    for (from, to) in yaml_overrides.split(';').filter_map(|p| p.split_once("=>")) {
+        assert!(yaml.contains(from.trim()), "{from}");
+        yaml = yaml.replace(from.trim(), to.trim());
+    }
+    let spec = read_spec(&yaml).expect("spec");
+    SimConfig::new(&spec, vec![test_profile(Tier::Q8_0), test_profile(Tier::Q4_0)]).expect("config")
+}
+
+fn trace(shape: Shape, rate: f64, seconds: f64, seed: u64) -> pacer_operator::simulate::trace::Trace {
+    generate(&TraceSpec {
+        shape,
+        base_rate: rate,
+        duration: seconds,
+        seed,
+        prompt: LENGTHS.0,
+        output: LENGTHS.1,
+    })
+    .expect("trace")
+}
+
+/// Holds the levers and records what Prometheus says is in the engines.
+struct Recorder {
+    in_system: Vec<f64>,
+}
+
+impl Policy for Recorder {
+    fn name(&self) -> String {
+        "recorder".into()
+    }
+    fn interval(&self) -> f64 {
+        15.0
+    }
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+        let m = &seen.observation.metrics;
+        if now > 120.0 {
+            self.in_system.push(m.running.unwrap_or(0.0) + m.waiting.unwrap_or(0.0));
+        }
+        Tick { levers: *current, reason: "hold".into() }
+    }
+}
+
+#[test]
+fn littles_law_holds_on_a_stationary_run() {
+    let mut c = config("replicas: {min: 1, max: 8} => replicas: {min: 3, max: 8}");
+    c.initial.replicas = 3;
+    let t = trace(Shape::Steady, 4.0, 3600.0, 11);
+    let mut rec = Recorder { in_system: Vec::new() };
+    let o = simulate(&c, &t, &mut rec).expect("run");
+    let s = &o.summary;
+    assert_eq!(s.failed, 0);
+    let lambda = s.finished as f64 / s.duration_s;
+    let l_measured = rec.in_system.iter().sum::<f64>() / rec.in_system.len() as f64;
+    let l_little = lambda * s.e2e_mean.expect("e2e");
+    let rel = (l_measured - l_little).abs() / l_little;
+    assert!(rel < 0.05, "L from the gauges {l_measured:.2} vs λW {l_little:.2}");
+}
+
+#[test]
+fn static_replicas_below_the_load_violate_and_enough_meet() {
+    let c = config("");
+    let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
+    assert!(one > 0.2 && one < 20.0, "one replica holds {one} req/s");
+    let t = trace(Shape::Steady, 2.0 * one, 1800.0, 3);
+    let run = |n: i32| {
+        let mut c = c.clone();
+        c.initial.replicas = n;
+        simulate(&c, &t, &mut Static { replicas: n }).expect("run").summary
+    };
+    let (few, enough) = (run(1), run(4));
+    assert!(few.attainment < 0.5, "1 replica at twice its capacity: {}", few.attainment);
+    assert!(enough.attainment >= 0.99, "4 replicas at twice one's capacity: {}", enough.attainment);
+    assert!(enough.replica_seconds > 3.9 * few.replica_seconds);
+    assert_eq!(few.failed + enough.failed, 0);
+}
+
+#[test]
+fn pacer_recovers_from_a_step_and_gives_the_replicas_back() {
+    let c = config("");
+    let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
+    let t = trace(Shape::Step, 2.0 * one, 5400.0, 5);
+    let o = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");
+    let s = &o.summary;
+    let recovery = s.recovery_s.expect("a step trace");
+    assert!(recovery <= 600.0, "recovered in {recovery} s");
+    let at = |t: f64| o.timeline.iter().find(|w| w.t >= t).expect("window").desired;
+    let (before, during, after) = (at(1700.0), at(3500.0), at(5400.0));
+    assert!(during > before, "replicas rise with the step: {before} → {during}");
+    assert!(after < during, "and fall after it: {during} → {after}");
+    assert!(s.attainment >= 0.9, "attainment {}", s.attainment);
+    assert_eq!(s.failed, 0);
+}
+
+#[test]
+fn pacer_holds_still_under_a_stationary_load() {
+    let mut c = config("");
+    let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
+    // Started at the size the load needs: a stationary load, not a step from the minimum.
+    let t = trace(Shape::Steady, 2.5 * one, 7200.0, 9);
+    let caps: Vec<f64> = (1..=8).map(|n| calibrate::capacity(&c, n, LENGTHS).expect("capacity")).collect();
+    c.initial.replicas = caps.iter().position(|cap| *cap >= 2.5 * one).expect("fits") as i32 + 1;
+    let o = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");
+    let per_hour = o.summary.stationary_changes_per_hour.expect("stationary");
+    assert!(per_hour <= 2.0, "{per_hour} changes per hour: {:?}", o.decisions);
+    assert!(o.summary.attainment >= 0.95, "attainment {}", o.summary.attainment);
+}
+
+#[test]
+fn pacer_degrades_the_tier_at_max_replicas_and_restores_it() {
+    let c = config(
+        "replicas: {min: 1, max: 8} => replicas: {min: 1, max: 2}; allowDegrade: false => allowDegrade: true",
+    );
+    let two = calibrate::capacity(&c, 2, LENGTHS).expect("capacity");
+    // The middle third needs 1.2× what two q8_0 replicas hold; q4_0 is ~1.4× faster.
+    let t = trace(Shape::Step, 0.6 * two, 5400.0, 13);
+    let o = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");
+    let tiers: Vec<&str> = o.timeline.iter().map(|w| w.tier.as_str()).collect();
+    let degraded = tiers.iter().position(|t| *t == "q4_0").expect("degraded at some point");
+    assert!(degraded as f64 * 60.0 >= 1800.0, "degraded only after the step, at minute {degraded}");
+    assert_eq!(*tiers.last().expect("windows"), "q8_0", "restored after the load fell: {:?}", o.decisions);
+    assert_eq!(o.summary.failed, 0);
+}
