@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs Pacer's tests on a fresh machine: fetches the real model and builds the test
 # cluster's binaries (kube-apiserver, controller manager, scheduler, etcd, kwok, helm from their
-# upstream Go modules; both cached outside the repository), checks formatting and lints, and
+# upstream Go modules) and the Prometheus Operator's CRDs (controller-gen on its Go types), all
+# cached outside the repository, checks formatting and lints, and
 # runs every test tier that exists so far. `.ci/run` calls exactly this.
 #
 # Needs: Rust (rustup), Python 3 with pip, Go >= 1.26, openssl.
@@ -29,13 +30,16 @@ scripts/build-cluster-bins.sh --kubernetes "$KUBERNETES_NEWEST" >/dev/null
 scripts/build-cluster-bins.sh --kubernetes "$KUBERNETES_OLDEST" >/dev/null
 export PACER_KUBERNETES_VERSION="$KUBERNETES_NEWEST"
 
+step "Prometheus Operator CRDs (for the chart's server-side dry-runs)"
+scripts/build-monitoring-crds.sh >/dev/null
+
 step "format"
 cargo fmt --all -- --check
 
 step "lint"
 cargo clippy --workspace --all-targets --release --locked -- -D warnings
 
-step "tests (unit, the engine on the real model, the operator on a Kubernetes $KUBERNETES_NEWEST cluster)"
+step "tests (unit, the engine on the real model, the operator and its Helm chart on a Kubernetes $KUBERNETES_NEWEST cluster)"
 cargo test --workspace --release --locked
 
 # Every kernel set runs the same real-model tests: CPUs without AVX-VNNI take the AVX2
