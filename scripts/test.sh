@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up and runs Pacer's tests on a fresh machine: fetches the real model and builds the test
 # cluster's binaries (kube-apiserver, controller manager, scheduler, etcd, kwok, helm from their
-# upstream Go modules; both cached outside the repository), checks formatting and lints, and
-# runs every test tier that exists so far on the newest supported Kubernetes. `.ci/run` calls
-# exactly this; `scripts/test-matrix.sh` runs the cluster tests on the oldest supported version.
+# upstream Go modules) and the Prometheus Operator's CRDs (controller-gen on its Go types), all
+# cached outside the repository, checks formatting and lints, and runs every test tier that
+# exists so far on the newest supported Kubernetes. `.ci/run` calls exactly this;
+# `scripts/test-matrix.sh` runs the cluster tests on the oldest supported version.
 # Each step's duration is printed at the end.
 #
 # Needs: Rust (rustup), Python 3 with pip, Go >= 1.26, openssl.
@@ -52,6 +53,9 @@ scripts/build-cluster-bins.sh --kubernetes "$KUBERNETES_NEWEST" >/dev/null
 export PACER_KUBERNETES_VERSION="$KUBERNETES_NEWEST"
 step "prometheus"; PACER_PROMETHEUS_BIN=$(scripts/build-prometheus.sh); export PACER_PROMETHEUS_BIN
 
+step "Prometheus Operator CRDs (for the chart's server-side dry-runs)"
+scripts/build-monitoring-crds.sh >/dev/null
+
 step "format"
 cargo fmt --all -- --check
 
@@ -63,7 +67,7 @@ cargo clippy --workspace --all-targets --release --locked -- -D warnings
 step "build the tests"
 cargo test --workspace --release --locked --no-run
 
-step "tests (unit, the engine on the real model, the operator on a Kubernetes $KUBERNETES_NEWEST cluster)"
+step "tests (unit, the engine on the real model, the operator and its Helm chart on a Kubernetes $KUBERNETES_NEWEST cluster)"
 cargo test --workspace --release --locked
 
 # Every kernel set runs the same real-model tests: CPUs without AVX-VNNI take the AVX2

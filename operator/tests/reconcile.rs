@@ -297,7 +297,7 @@ async fn the_samples_run_under_kwok() {
     use k8s_openapi::api::core::v1::Node;
     let ns = TestNs::new("samples").await;
     // What the samples expect of a cluster: a claim `models` (bound to a volume here), and
-    // nodes labelled for the image sample's node selector.
+    // nodes labelled for the image and GPU samples' node selectors (the fake nodes have GPUs).
     let volume = format!("models-{}", ns.name);
     common::apply_json(
         &ns.admin,
@@ -322,7 +322,7 @@ async fn the_samples_run_under_kwok() {
     .await;
     let nodes: Api<Node> = Api::all(ns.admin.clone());
     for node in nodes.list(&ListParams::default()).await.expect("nodes").items {
-        let label = json!({"metadata": {"labels": {"pacer.dev/pool": "inference"}}});
+        let label = json!({"metadata": {"labels": {"pacer.dev/pool": "inference", "nvidia.com/gpu.present": "true"}}});
         nodes
             .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&label))
             .await
