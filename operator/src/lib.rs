@@ -7,6 +7,7 @@
 //! - [`apply`]: server-side apply of what drifted, nothing for what did not.
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
+//! - [`local`]: local mode, the SLA loop with engine replicas as local processes.
 //! - [`metrics_source`]: the planner's observations from Prometheus (PromQL), and histogram
 //!   maths for local mode's scraper.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
@@ -18,6 +19,7 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
+pub mod local;
 pub mod metrics_source;
 pub mod planner;
 pub mod status;
