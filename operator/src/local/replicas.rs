@@ -352,7 +352,7 @@ impl Supervisor {
         if let Some(n) = c.context_length {
             command.args(["--context-length", &n.to_string()]);
         }
-        command.args(&c.args).env("PACER_LOG_FORMAT", "text").stdin(Stdio::null());
+        command.args(&c.args).env("NO_COLOR", "1").stdin(Stdio::null());
         match log.as_ref().and_then(|f| Some((f.try_clone().ok()?, f.try_clone().ok()?))) {
             Some((out, err)) => command.stdout(out).stderr(err),
             None => command.stdout(Stdio::null()).stderr(Stdio::null()),
