@@ -50,8 +50,8 @@ fn config(dir: &std::path::Path) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // One replica holds 1 request/s and saturates near 2.8/s; 4.5/s needs the second one.
-    let profile = load::Profile::step(1.0, 4.5, [10.0, 40.0, 55.0]);
+    // One replica holds 1 request/s and saturates near 2.8/s; 3.0/s needs the second one.
+    let profile = load::Profile::step(1.0, 3.0, [10.0, 30.0, 75.0]);
     let outcome = local::run(Options {
         config: config(dir.path()),
         engine: engine(),
@@ -59,7 +59,7 @@ async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
         listen: "127.0.0.1:0".parse().expect("addr"),
         load: LoadKind::Step,
         profile: Some(profile),
-        duration: Some(Duration::from_secs(115)),
+        duration: Some(Duration::from_secs(130)),
         out: dir.path().join("out"),
         profiles: Vec::new(),
         terminal: false,
@@ -73,7 +73,11 @@ async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
         .map(|t| {
             format!(
                 "t={:.0} ready={} decided={} {} {}",
-                t.t, t.observation.ready_replicas, t.decision.levers.replicas, t.decision.reason, t.decision.message
+                t.t,
+                t.observation.ready_replicas,
+                t.decision.levers.replicas,
+                t.decision.reason,
+                t.decision.message
             )
         })
         .collect();
@@ -81,7 +85,10 @@ async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
     let up = r.ticks.iter().position(|t| t.decision.levers.replicas == 2);
     let up = up.unwrap_or_else(|| panic!("never scaled up:\n{summary}"));
     assert!(r.ticks[up].decision.change.is_some(), "{summary}");
-    assert!(r.ticks[up..].iter().any(|t| t.observation.ready_replicas == 2), "the second never got ready:\n{summary}");
+    assert!(
+        r.ticks[up..].iter().any(|t| t.observation.ready_replicas == 2),
+        "the second never got ready:\n{summary}"
+    );
     assert!(
         r.ticks[up..].iter().any(|t| t.decision.sla == "Met"),
         "the SLA was never met again after the scale-up:\n{summary}"
@@ -89,7 +96,7 @@ async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
     let last = r.ticks.last().expect("ticks");
     assert_eq!(last.decision.levers.replicas, 1, "replicas did not come down after the load:\n{summary}");
     assert_eq!(r.failed, 0, "requests failed (across the scale-in too): {} of {}", r.failed, r.requests);
-    assert!(r.requests > 200, "{} requests", r.requests);
+    assert!(r.requests > 150, "{} requests", r.requests);
     for f in &outcome.files {
         assert!(f.metadata().is_ok_and(|m| m.len() > 0), "{} written", f.display());
     }
@@ -133,6 +140,7 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
 
     // Two clients in a closed loop through the router for the whole test.
     let stop = Arc::new(AtomicBool::new(false));
+    let epoch = Instant::now();
     let target = Target {
         base_url: base_url.clone(),
         model: "smollm2".into(),
@@ -146,7 +154,6 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
             let (stop, target) = (stop.clone(), target.clone());
             tokio::spawn(async move {
                 let http = reqwest::Client::new();
-                let epoch = Instant::now();
                 let mut records = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let body = client::body(&target, &format!("Tell me about the number {k}."), 24);
@@ -162,7 +169,9 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
     converge(&mut sup, "two ready", |s| s.counts().ready == 2).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     sup.set_target(levers);
-    let events = converge(&mut sup, "the scale-in", |s| s.counts() == Default::default() || s.counts().live == 1).await;
+    let events =
+        converge(&mut sup, "the scale-in", |s| s.counts() == Default::default() || s.counts().live == 1)
+            .await;
     assert!(events.iter().any(|e| matches!(e, Event::Draining { .. })), "{events:?}");
 
     // A tier rollout with surge: every replica ends on q4_0, never fewer than one ready.
@@ -182,11 +191,16 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
     }
     assert!(min_ready >= 1, "capacity dropped to zero during the rollout");
 
-    // A crash: detected, replaced, ready again.
+    let crash_at = epoch.elapsed().as_secs_f64();
+
+    // A crash with two replicas: detected and replaced; the other one serves meanwhile.
+    sup.set_target(Levers { replicas: 2, ..q4 });
+    converge(&mut sup, "two q4_0 replicas", |s| s.counts().ready == 2).await;
     let (victim, _, _) = sup.replicas()[0];
+    let killed_at = epoch.elapsed().as_secs_f64();
     assert!(sup.kill_replica(victim));
     let events = converge(&mut sup, "the replacement", |s| {
-        s.replicas().iter().any(|(id, _, p)| *id != victim && *p == Phase::Ready)
+        s.replicas().iter().filter(|(id, _, p)| *id != victim && *p == Phase::Ready).count() == 2
     })
     .await;
     assert!(events.iter().any(|e| matches!(e, Event::Died { id, .. } if *id == victim)), "{events:?}");
@@ -197,10 +211,20 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
         records.extend(c.await.expect("client"));
     }
     sup.shutdown().await;
-    // The killed replica's in-flight requests are the only ones allowed to fail: a crash loses
-    // what the process held. Everything else, across the drain and the rollout, succeeded.
-    let failed: Vec<&RequestRecord> = records.iter().filter(|r| !r.ok()).collect();
-    assert!(failed.len() <= 2, "{} of {} failed: {:?}", failed.len(), records.len(), failed.first());
+    let failed = |from: f64, to: f64| -> Vec<&RequestRecord> {
+        records.iter().filter(|r| !r.ok() && r.sent >= from && r.sent < to).collect()
+    };
+    let before = failed(0.0, crash_at);
+    assert!(
+        before.is_empty(),
+        "{} failed across the drain and the rollout: {:?}",
+        before.len(),
+        before.first()
+    );
+    // A crash loses what the killed process held (at most one request per client); a request
+    // that could not connect went to the other replica.
+    let after = failed(killed_at, f64::INFINITY);
+    assert!(after.len() <= 2, "{} failed after the crash: {:?}", after.len(), after.first());
     assert!(records.len() > 20, "{} requests", records.len());
 }
 
@@ -210,7 +234,8 @@ fn children_of(pid: u32) -> Vec<u32> {
         let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         // Fields after the command's closing parenthesis: state, ppid, ...
-        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let ppid =
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
         if ppid == Some(pid) {
             found.push(child);
         }

@@ -69,6 +69,11 @@ impl Pool {
     /// The ready replica with the fewest outstanding requests, its count already raised; ties
     /// go round-robin so equal replicas share a light load. `None` when none is ready.
     pub fn pick(&self) -> Option<Lease> {
+        self.pick_except(&[])
+    }
+
+    /// [`Pool::pick`] among the replicas not in `tried`.
+    pub fn pick_except(&self, tried: &[u32]) -> Option<Lease> {
         let ready = self.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if ready.is_empty() {
             return None;
@@ -76,6 +81,7 @@ impl Pool {
         let start = (self.turn.fetch_add(1, Ordering::Relaxed) % ready.len() as u64) as usize;
         let chosen = (0..ready.len())
             .map(|k| &ready[(start + k) % ready.len()])
+            .filter(|b| !tried.contains(&b.id))
             .min_by_key(|b| b.outstanding())
             .cloned()?;
         // Raised under the lock, so two concurrent picks see each other's choice.
@@ -208,41 +214,60 @@ fn end_to_end(headers: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &header
     })
 }
 
+/// Largest request body the router accepts (the engine's own default limit).
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
 async fn pass_through(State(state): State<RouterState>, request: Request) -> Response {
-    let Some(lease) = state.pool.pick() else {
-        state.metrics.unavailable.with_label_values(&["no_ready_replica"]).inc();
-        let mut response = openai_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "service_unavailable",
-            "no engine replica is ready yet; retry shortly",
-        );
-        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-        return response;
-    };
-    let replica = lease.backend().id.to_string();
-    let gauge = state.metrics.outstanding.with_label_values(&[&replica]);
-    gauge.inc();
-    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("{}{}", lease.backend().base_url, path);
     let (parts, body) = request.into_parts();
-    let mut upstream = state.client.request(parts.method, url);
-    for (name, value) in end_to_end(&parts.headers) {
-        upstream = upstream.header(name, value);
-    }
-    let upstream = upstream.body(reqwest::Body::wrap_stream(body.into_data_stream())).send().await;
-    let answer = match upstream {
-        Ok(answer) => answer,
+    // Requests are small JSON documents: holding one lets a request that could not reach a
+    // replica (it just crashed) go to another. Responses are streamed, never held.
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
         Err(e) => {
-            gauge.dec();
-            state.metrics.unavailable.with_label_values(&["upstream"]).inc();
-            tracing::warn!(replica = %replica, error = %e, "a replica did not answer");
-            return openai_error(
-                StatusCode::BAD_GATEWAY,
-                "upstream_error",
-                &format!("replica {replica}: {e}"),
-            );
+            return openai_error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", &e.to_string());
         }
     };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let mut tried = Vec::new();
+    let (lease, gauge, answer) = loop {
+        let Some(lease) = state.pool.pick_except(&tried) else {
+            state.metrics.unavailable.with_label_values(&["no_ready_replica"]).inc();
+            let mut response = openai_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                "no engine replica is ready yet; retry shortly",
+            );
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            return response;
+        };
+        let replica = lease.backend().id.to_string();
+        let gauge = state.metrics.outstanding.with_label_values(&[&replica]);
+        gauge.inc();
+        let mut upstream =
+            state.client.request(parts.method.clone(), format!("{}{}", lease.backend().base_url, path));
+        for (name, value) in end_to_end(&parts.headers) {
+            upstream = upstream.header(name, value);
+        }
+        match upstream.body(body.clone()).send().await {
+            Ok(answer) => break (lease, gauge, answer),
+            Err(e) => {
+                gauge.dec();
+                tracing::warn!(replica = %replica, error = %e, "a replica did not answer");
+                // Not connected: the replica never saw the request, so another may take it.
+                if e.is_connect() {
+                    tried.push(lease.backend().id);
+                    continue;
+                }
+                state.metrics.unavailable.with_label_values(&["upstream"]).inc();
+                return openai_error(
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_error",
+                    &format!("replica {replica}: {e}"),
+                );
+            }
+        }
+    };
+    let replica = lease.backend().id.to_string();
     let status = answer.status();
     state.metrics.requests.with_label_values(&[&replica, status.as_str()]).inc();
     let mut response = Response::builder().status(status.as_u16());
