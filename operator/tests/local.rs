@@ -50,8 +50,8 @@ fn config(dir: &std::path::Path) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // One replica holds 1 request/s and saturates near 2.8/s; 3.0/s needs the second one.
-    let profile = load::Profile::step(1.0, 3.0, [10.0, 30.0, 75.0]);
+    // One replica holds 1 request/s and saturates near 2.8/s; 3.5/s needs the second one.
+    let profile = load::Profile::step(1.0, 3.5, [10.0, 30.0, 85.0]);
     let outcome = local::run(Options {
         config: config(dir.path()),
         engine: engine(),
@@ -59,7 +59,7 @@ async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
         listen: "127.0.0.1:0".parse().expect("addr"),
         load: LoadKind::Step,
         profile: Some(profile),
-        duration: Some(Duration::from_secs(130)),
+        duration: Some(Duration::from_secs(140)),
         out: dir.path().join("out"),
         profiles: Vec::new(),
         terminal: false,

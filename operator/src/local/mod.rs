@@ -301,8 +301,9 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
                 for event in supervisor.tick().await? {
                     view.note(&format!("t={:.0}s {event:?}", started.elapsed().as_secs_f64()));
                 }
-                if load_task.is_none() && load_started_at.is_none() && pool.ready_count() > 0 {
-                    if let Some(p) = &profile {
+                if load_task.is_none() && load_started_at.is_none() && pool.ready_count() > 0
+                    && let Some(p) = &profile
+                {
                         load_started_at = Some(started.elapsed().as_secs_f64());
                         view.note(&format!("starting the load: {} phases over {:.0} s", p.phases.len(), p.seconds()));
                         load_task = Some(tokio::spawn(load::drive(
@@ -312,7 +313,6 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
                             records.clone(),
                             stop_rx.clone(),
                         )));
-                    }
                 }
             }
             _ = scrape.tick() => {
