@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Sets up and runs Pacer's main job on this machine: fetches the default model, builds the
-# engine, and streams a chat answer with prefill/decode timings. Extra arguments go to
-# `pacer-engine generate` in place of the default chat prompt, e.g.
-#   scripts/run.sh --prompt "Once upon a time" --max-tokens 64 --tier f32
+# Runs Pacer's main job on this machine: fetches the default model, builds the engine and the
+# operator, and runs local mode with the step load: engine replicas as local processes behind a
+# router on 127.0.0.1:8000, the SLA planner scaling them through light → heavy → light traffic
+# (about 5 minutes on 2 cores), then the verdict and where the report and its picture are.
+# Extra arguments go to `pacer-operator local`, e.g.
+#   scripts/run.sh --load none --port 8080     # serve and hold the SLA for your own clients
+#   scripts/run.sh --config my-service.yaml --out /tmp/pacer-run
+#
+# Builds into the same cargo target directory as scripts/test.sh (under the cache), so the two
+# share one build; set CARGO_TARGET_DIR to override.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-model=$(scripts/fetch-model.sh)
-cargo build --release --locked -q -p pacer-engine
+cache="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
+PACER_MODEL=$(scripts/fetch-model.sh)
+export PACER_MODEL
+echo "building pacer-engine and pacer-operator (release; the first build takes several minutes)" >&2
+cargo build --release --locked -q -p pacer-engine -p pacer-operator
 if [ $# -eq 0 ]; then
-  set -- --chat --max-tokens 96 --prompt "Explain in two sentences why latency SLAs matter for LLM serving."
+  set -- --load step
 fi
-exec target/release/pacer-engine generate --model "$model" "$@"
+exec "$CARGO_TARGET_DIR/release/pacer-operator" local --config config/local.yaml \
+  --engine "$CARGO_TARGET_DIR/release/pacer-engine" "$@"

@@ -7,7 +7,7 @@
 //! - [`apply`]: server-side apply of what drifted, nothing for what did not.
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
-//! - [`local`]: local mode, the same SLA loop over engine processes on one machine.
+//! - [`local`]: local mode, the SLA loop with engine replicas as local processes.
 //! - [`metrics_source`]: the planner's observations from Prometheus (PromQL), and histogram
 //!   maths for local mode's scraper.
 //! - [`observer`]: the task that refreshes them for every InferenceService, once per tick.

@@ -46,6 +46,9 @@ enum Command {
     Crd,
     /// Reconcile InferenceServices in the cluster of the kubeconfig (or in-cluster config).
     Run(Box<RunArgs>),
+    /// Hold one InferenceService's SLA on this machine: engine replicas as local processes
+    /// behind a router, the same planner, optional built-in load, a report at the end.
+    Local(LocalArgs),
     /// Simulate a service under a scaling policy on a virtual clock (no cluster, no engines).
     Simulate(SimulateArgs),
 }
@@ -86,6 +89,44 @@ struct SimulateArgs {
 }
 
 #[derive(Args, Debug)]
+struct LocalArgs {
+    /// The InferenceService manifest (the same file `kubectl apply -f` takes).
+    #[arg(long, env = "PACER_LOCAL_CONFIG", default_value = "config/local.yaml")]
+    config: PathBuf,
+    /// The `pacer-engine` executable [default: next to this executable, then on PATH].
+    #[arg(long, env = "PACER_ENGINE")]
+    engine: Option<PathBuf>,
+    /// The GGUF model the replicas serve [default: the model `scripts/fetch-model.sh` caches].
+    #[arg(long, env = "PACER_MODEL")]
+    model: Option<PathBuf>,
+    /// The router's port on 127.0.0.1 (the OpenAI-compatible API clients use).
+    #[arg(long, env = "PACER_LOCAL_PORT", default_value_t = 8000)]
+    port: u16,
+    /// Built-in traffic: `step` (light, heavy, light; about 4.5 minutes) or `none`.
+    #[arg(long, env = "PACER_LOCAL_LOAD", value_enum, default_value_t = LoadArg::None)]
+    load: LoadArg,
+    /// Stop after this long (`90s`, `5m`) [default: the load plus a minute; without load, at Ctrl-C].
+    #[arg(long, env = "PACER_LOCAL_DURATION", value_parser = parse_duration_arg)]
+    duration: Option<std::time::Duration>,
+    /// Where the report (JSON, timeline SVG and PNG), settings file and replica logs go.
+    #[arg(long, env = "PACER_LOCAL_OUT", default_value = "target/pacer-local")]
+    out: PathBuf,
+    /// Engine profiles (`pacer-engine profile` JSON) seeding the capacity model; repeatable.
+    #[arg(long = "profile", env = "PACER_LOCAL_PROFILES", value_delimiter = ',')]
+    profiles: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LoadArg {
+    Step,
+    None,
+}
+
+fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    pacer_crds::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 90s or 5m"))
+}
+
+#[derive(Args, Debug)]
 struct RunArgs {
     /// Watch only this namespace [default: every namespace].
     #[arg(long, env = "PACER_WATCH_NAMESPACE")]
@@ -123,7 +164,15 @@ struct RunArgs {
 
 fn main() -> Result<()> {
     let Cli { log_format, command } = Cli::parse();
-    init_logging(log_format);
+    match &command {
+        // The live view owns the terminal: logs go to a file beside the report.
+        Command::Local(args) if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
+            std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+            let log = std::fs::File::create(args.out.join("local.log")).context("creating local.log")?;
+            init_logging_to(log_format, std::sync::Mutex::new(log));
+        }
+        _ => init_logging(log_format),
+    }
     match command {
         Command::Crd => {
             print!("{}", pacer_operator::crd_yaml());
@@ -135,7 +184,57 @@ fn main() -> Result<()> {
             .build()
             .context("starting the async runtime")?
             .block_on(run(*args)),
+        Command::Local(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?
+            .block_on(run_local(args)),
     }
+}
+
+async fn run_local(args: LocalArgs) -> Result<()> {
+    use pacer_operator::local;
+    let LocalArgs { config, engine, model, port, load, duration, out, profiles } = args;
+    let engine = local::find_engine(engine)?;
+    let model = match model {
+        Some(m) => m,
+        None => {
+            default_model().context("no --model given and no cached model: run scripts/fetch-model.sh")?
+        }
+    };
+    let options = local::Options {
+        config,
+        engine,
+        model,
+        listen: SocketAddr::from(([127, 0, 0, 1], port)),
+        load: match load {
+            LoadArg::Step => local::LoadKind::Step,
+            LoadArg::None => local::LoadKind::None,
+        },
+        profile: None,
+        duration,
+        out,
+        profiles,
+        terminal: std::io::IsTerminal::is_terminal(&std::io::stdout()),
+    };
+    let outcome = local::run(options).await?;
+    println!("{}", outcome.report.verdict);
+    for file in &outcome.files {
+        println!("wrote {}", file.display());
+    }
+    Ok(())
+}
+
+/// The model `scripts/fetch-model.sh` caches, as it names it.
+fn default_model() -> Option<PathBuf> {
+    let cache = std::env::var_os("PACER_CACHE").map(PathBuf::from).or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|c| c.join("pacer"))
+    })?;
+    let path = cache.join("models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    path.is_file().then_some(path)
 }
 
 async fn run(args: RunArgs) -> Result<()> {
@@ -333,6 +432,16 @@ fn host_name() -> String {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "pacer-operator".into());
     format!("{host}_{}", std::process::id())
+}
+
+fn init_logging_to(format: LogFormat, writer: std::sync::Mutex<std::fs::File>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
 }
 
 fn init_logging(format: LogFormat) {
