@@ -34,6 +34,10 @@ fn engine() -> PathBuf {
         .expect("pacer-engine not built: cargo build --release -p pacer-engine (cargo test --workspace does)")
 }
 
+/// The tests run real engines on a 2-core machine: one at a time, or their latencies (and so
+/// the planner's decisions) depend on each other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A test config: the local config's targets with the shortest windows the schema allows.
 fn config(dir: &std::path::Path) -> PathBuf {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/local.yaml"))
@@ -49,6 +53,7 @@ fn config(dir: &std::path::Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     // One replica holds 1 request/s and saturates near 2.8/s; 3.5/s needs the second one.
     let profile = load::Profile::step(1.0, 3.5, [10.0, 30.0, 85.0]);
@@ -117,6 +122,7 @@ async fn converge(sup: &mut Supervisor, what: &str, done: impl Fn(&Supervisor) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let pool = Arc::new(Pool::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -285,6 +291,7 @@ async fn start_operator(dir: &std::path::Path) -> (std::process::Child, u16, Vec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_leaves_no_engine_and_frees_the_ports() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut operator, port, engines) = start_operator(dir.path()).await;
     let engine_ports: Vec<u16> = std::fs::read_dir(dir.path().join("out"))
@@ -318,6 +325,7 @@ async fn sigint_leaves_no_engine_and_frees_the_ports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_operator_takes_its_engines_along() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut operator, _, engines) = start_operator(dir.path()).await;
     operator.kill().expect("SIGKILL");

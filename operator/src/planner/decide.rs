@@ -35,6 +35,13 @@ pub const PLAN_MARGIN: f64 = 0.8;
 pub const LEARNING_RATE: f64 = 0.3;
 /// A scale-up whose pods are not ready after this long no longer blocks the next one.
 pub const STARTING_TIMEOUT: Seconds = 600.0;
+/// A violation this soon after a scale-in means the scale-in went too far.
+pub const FLAP_WINDOW: Seconds = 1800.0;
+/// A learned scale-in floor holds while the request rate is at least this share of the rate
+/// it was learned at...
+pub const FLOOR_LOAD_SHARE: f64 = 0.85;
+/// ...and for this long.
+pub const FLOOR_LIFETIME: Seconds = 6.0 * 3600.0;
 
 /// Decides the levers for the next interval. Pure: same inputs, same decision.
 pub fn decide(
@@ -321,6 +328,7 @@ impl Tick<'_> {
                 (Reason::TtftViolated, format!("TTFT is at {} of target", pct(ttft_side)))
             };
             history.pending_scale_up = Some((next, self.now));
+            self.learn_floor(history, next);
             let levers = Levers { replicas: next, ..cur };
             return self.finish(
                 history,
@@ -375,6 +383,7 @@ impl Tick<'_> {
             return None;
         }
         history.pending_scale_up = Some((next, self.now));
+        self.learn_floor(history, next);
         let load = self.workload().map_or(0.0, |w| w.request_rate);
         Some(self.finish(history, Levers { replicas: next, ..cur }, Reason::LoadPredicted, format!(
             "{load:.2} requests/s needs {needed} replicas by the capacity model: replicas {} → {next} before the SLA breaks",
@@ -428,12 +437,25 @@ impl Tick<'_> {
         if cur.replicas > s.min_replicas {
             // Shed to the model's count, at most a quarter (at least one) per stabilization window.
             let bound = cur.replicas - (cur.replicas / 4).max(1);
-            let next = self
+            let mut next = self
                 .replicas_needed(history, PLAN_MARGIN)
                 .unwrap_or(cur.replicas - 1)
                 .max(bound)
                 .max(s.min_replicas);
+            if let Some(floor) = self.floor(history)
+                && next < floor
+            {
+                next = floor;
+                if next >= cur.replicas {
+                    return self.finish(history, cur, Reason::ShedFloor, format!(
+                        "headroom, but at this load fewer than {floor} replicas broke the SLA after the last scale-in; staying at {}",
+                        cur.replicas
+                    ), sla);
+                }
+            }
             if next < cur.replicas {
+                let rate = self.obs.metrics.request_rate.unwrap_or(0.0);
+                history.last_shed = Some((cur.replicas, rate, self.now));
                 history.headroom_since = Some(self.now);
                 return self.finish(
                     history,
@@ -469,6 +491,25 @@ impl Tick<'_> {
             "the SLA holds with headroom at the lowest cost allowed".into(),
             sla,
         )
+    }
+
+    /// A scale-up soon after a scale-in that it undoes: remember that fewer replicas than
+    /// before the scale-in do not hold this load.
+    fn learn_floor(&self, history: &mut History, next: i32) {
+        if let Some((before, rate, at)) = history.last_shed
+            && self.now - at < FLAP_WINDOW
+            && next >= before.min(self.current.replicas + 1)
+        {
+            history.shed_floor = Some((before.min(next), rate, self.now));
+            history.last_shed = None;
+        }
+    }
+
+    /// The learned scale-in floor, while the load is as high as when it was learned.
+    fn floor(&self, history: &History) -> Option<i32> {
+        let (replicas, rate, at) = history.shed_floor?;
+        let now_rate = self.obs.metrics.request_rate?;
+        (self.now - at < FLOOR_LIFETIME && now_rate >= FLOOR_LOAD_SHARE * rate).then_some(replicas)
     }
 
     /// No percentile to judge by. With the request rate known to be near zero the service is

@@ -46,6 +46,8 @@ pub enum Reason {
     PrecisionRestored,
     /// Headroom: replicas were given back.
     ReplicasShed,
+    /// Headroom, but the last scale-in at this load broke the SLA: replicas stay.
+    ShedFloor,
     /// Headroom: the batch size was raised back toward its initial value.
     BatchRestored,
     /// Traffic rose so that the capacity model predicts a violation: replicas were added ahead.
@@ -78,6 +80,7 @@ impl Reason {
             Reason::DegradedForLatency => "DegradedForLatency",
             Reason::PrecisionRestored => "PrecisionRestored",
             Reason::ReplicasShed => "ReplicasShed",
+            Reason::ShedFloor => "ShedFloor",
             Reason::BatchRestored => "BatchRestored",
             Reason::LoadPredicted => "LoadPredicted",
             Reason::Stabilizing => "Stabilizing",
@@ -179,6 +182,12 @@ pub struct History {
     pub correction: BTreeMap<String, Correction>,
     /// When the levers last changed (any lever), for the change-rate guard.
     pub changes: Vec<Seconds>,
+    /// The last scale-in: replicas before it, the request rate then, and when.
+    pub last_shed: Option<(i32, f64, Seconds)>,
+    /// Learned from a scale-in the SLA undid: fewer than this many replicas broke the SLA at
+    /// this request rate (and when it was learned). Scale-ins stop there while the load is as
+    /// high; this is what keeps a stationary load from flapping.
+    pub shed_floor: Option<(i32, f64, Seconds)>,
 }
 
 /// A learned correction of the capacity model: observed percentile / predicted percentile.

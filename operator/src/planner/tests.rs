@@ -153,6 +153,38 @@ fn headroom_restores_precision_before_shedding_replicas() {
 }
 
 #[test]
+fn a_scale_in_the_sla_undoes_is_not_repeated_at_the_same_load() {
+    let at3 = observe(0.2, 0.02, 3.0, 3);
+    let d0 = at(0.0, &at3, &levers(3), &History::default());
+    let d1 = at(130.0, &at3, &levers(3), &d0.history);
+    assert_eq!(d1.reason, Reason::ReplicasShed, "{}", d1.message);
+    let two = d1.levers;
+    // Two replicas do not hold the same load after all.
+    let hot = observe(0.9, 0.02, 3.0, two.replicas);
+    let d2 = at(200.0, &hot, &two, &d1.history);
+    let d3 = at(240.0, &hot, &two, &d2.history);
+    assert!(d3.levers.replicas > two.replicas, "{}: {}", d3.reason.as_str(), d3.message);
+    assert!(d3.history.shed_floor.is_some(), "the flap is remembered");
+    // Headroom again at three: no second scale-in while the load is as high...
+    let back = d3.levers;
+    let calm = observe(0.2, 0.02, 3.0, back.replicas);
+    let mut d = d3;
+    for tick in 0..10 {
+        d = at(300.0 + 60.0 * f64::from(tick), &calm, &back, &d.history);
+        assert_eq!(d.levers, back, "{}: {}", d.reason.as_str(), d.message);
+    }
+    assert_eq!(d.reason, Reason::ShedFloor, "{}", d.message);
+    // ...but once the load has fallen, replicas go.
+    let lighter = observe(0.2, 0.02, 1.0, back.replicas);
+    let mut shed = false;
+    for tick in 0..4 {
+        d = at(1000.0 + 60.0 * f64::from(tick), &lighter, &back, &d.history);
+        shed |= d.reason == Reason::ReplicasShed;
+    }
+    assert!(shed, "{}", d.message);
+}
+
+#[test]
 fn an_idle_service_gives_back_replicas() {
     let cur = levers(3);
     let mut obs = observe(0.0, 0.0, 0.0, 3);
