@@ -55,8 +55,9 @@ fn config(dir: &std::path::Path) -> PathBuf {
 async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    // One replica holds 1 request/s and saturates near 2.8/s; 3.5/s needs the second one.
-    let profile = load::Profile::step(1.0, 3.5, [10.0, 30.0, 85.0]);
+    // One replica holds 1 request/s and saturates near 2.8/s: 45 s at 4/s queue past the 1 s
+    // TTFT target whatever else the machine is doing, and need the second replica.
+    let profile = load::Profile::step(1.0, 4.0, [10.0, 45.0, 85.0]);
     let outcome = local::run(Options {
         config: config(dir.path()),
         engine: engine(),
@@ -64,7 +65,7 @@ async fn the_loop_scales_up_under_a_step_and_back_down_after_it() {
         listen: "127.0.0.1:0".parse().expect("addr"),
         load: LoadKind::Step,
         profile: Some(profile),
-        duration: Some(Duration::from_secs(140)),
+        duration: Some(Duration::from_secs(150)),
         out: dir.path().join("out"),
         profiles: Vec::new(),
         terminal: false,
