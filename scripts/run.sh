@@ -21,5 +21,8 @@ cargo build --release --locked -q -p pacer-engine -p pacer-operator
 if [ $# -eq 0 ]; then
   set -- --load step
 fi
+# The engine profile of the default model on one thread seeds the planner's capacity model
+# (measured on a 2-core machine; `pacer-engine profile` measures your own).
 exec "$CARGO_TARGET_DIR/release/pacer-operator" local --config config/local.yaml \
-  --engine "$CARGO_TARGET_DIR/release/pacer-engine" "$@"
+  --engine "$CARGO_TARGET_DIR/release/pacer-engine" \
+  --profile config/profiles/smollm2-135m-native-t1.json "$@"

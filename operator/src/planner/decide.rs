@@ -7,8 +7,10 @@
 //! 3. **Learn.** While the levers have been still for a whole window, the ratio of observed to
 //!    predicted percentile corrects the capacity model for this tier and batch size.
 //! 4. **Violation**, once it has lasted the scale-up stabilization: batch first when ITL binds
-//!    (live, no restart), replicas for TTFT and queueing (to the model's count, bounded per
-//!    step), a faster tier only at max replicas and only when allowed.
+//!    and the replicas carry the load (live, no restart; one move per half window), the batch
+//!    back when TTFT binds with ITL headroom, replicas for TTFT, queueing and a load the model
+//!    says needs more (to the model's count, bounded per step), a faster tier only at max
+//!    replicas and only when allowed.
 //! 5. **Prediction.** Within target but the model says the load needs more replicas: add them
 //!    before the percentile crosses.
 //! 6. **Headroom**, once it has lasted the scale-down stabilization: restore precision first,
@@ -196,6 +198,21 @@ impl Tick<'_> {
         )
     }
 
+    /// Whether `levers` keep up with the load with TTFT within its target at the plan margin
+    /// (ITL aside); `None` without a model or a load.
+    fn carries(&self, history: &History, levers: &Levers) -> Option<bool> {
+        let load = self.workload()?;
+        let p = self.model.predict(
+            levers.tier,
+            levers.max_batch_size,
+            levers.replicas,
+            &load,
+            self.spec.quantile(),
+        )?;
+        let c = self.correction(history, levers);
+        Some(p.stable() && c.ttft * p.ttft <= PLAN_MARGIN * self.spec.ttft_target)
+    }
+
     /// The fewest replicas in `[min, max]` predicted to meet the targets at `margin`.
     fn replicas_needed(&self, history: &History, margin: f64) -> Option<i32> {
         let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
@@ -288,17 +305,77 @@ impl Tick<'_> {
                 sla,
             );
         }
-        // Batch first when ITL binds: it is live and restarts nothing.
-        if itl_side >= ttft_side && cur.max_batch_size > s.batch_min {
-            let target = self.batch_for_itl(history).unwrap_or(cur.max_batch_size * 3 / 4);
-            let next = target.clamp(s.batch_min, cur.max_batch_size - 1);
+        // The batch acts within a step, but the window's percentile shows it only as new
+        // requests replace old ones: one batch move per half window, so a lagging percentile
+        // does not walk the batch to its minimum.
+        // A scale-up changes the steps too (fewer rows per replica): it counts as a move.
+        let batch_moved = [Lever::Batch.as_str(), "replicas_up"]
+            .iter()
+            .filter_map(|k| history.last_change.get(*k).copied())
+            .reduce(f64::max);
+        let batch_settling = batch_moved.is_some_and(|t| self.now - t < s.window / 2.0);
+        let batch_may_move = |d: &str| {
+            batch_settling.then(|| {
+                format!(
+                    "{d}, but the batch or the replicas moved {:.0}s ago; waiting {:.0}s for the window to show the effect",
+                    self.now - batch_moved.unwrap_or(self.now),
+                    s.window / 2.0
+                )
+            })
+        };
+        // Batch first when ITL binds: it is live and restarts nothing. But a smaller batch
+        // also serves fewer requests per step: when the model says the load needs more
+        // replicas than run, cutting it would trade ITL for queueing, so replicas come first.
+        let cut = || self.batch_for_itl(history).unwrap_or(cur.max_batch_size * 3 / 4);
+        // A cut that has had half a window to show and left ITL within 10 % of where it was
+        // did not help: the steps are slow for another reason, and more replicas share it.
+        let cut_did_not_help = history.batch_cut.is_some_and(|(before, at)| {
+            let age = self.now - at;
+            age >= s.window / 2.0 && age <= 2.0 * s.window && itl_side >= 0.9 * before
+        });
+        let load_needs_replicas = cur.replicas < s.max_replicas
+            && cur.max_batch_size > s.batch_min
+            && (cut_did_not_help
+                || self.carries(history, &Levers { max_batch_size: cut().max(s.batch_min), ..cur })
+                    == Some(false));
+        if itl_side >= ttft_side && cur.max_batch_size > s.batch_min && !load_needs_replicas {
+            if let Some(why) = batch_may_move(&format!("ITL is at {} of target", pct(itl_side))) {
+                return self.hold_with(history, Reason::Stabilizing, why, sla);
+            }
+            let next = cut().clamp(s.batch_min, cur.max_batch_size - 1);
             let levers = Levers { max_batch_size: next, ..cur };
+            if s.enforce {
+                history.batch_cut = Some((itl_side, self.now));
+            }
             return self.finish(
                 history,
                 levers,
                 Reason::ItlViolated,
                 format!(
                     "ITL is at {} of target: max batch size {} → {next} to shorten each step",
+                    pct(itl_side),
+                    cur.max_batch_size
+                ),
+                sla,
+            );
+        }
+        // TTFT binds while ITL has headroom and the batch sits below its configured size (an
+        // earlier cut for ITL): give the batch back first. It is live, and a batch too small for
+        // the load queues requests however many replicas run.
+        if ttft_side > itl_side
+            && itl_side < HEADROOM
+            && cur.max_batch_size < s.batch_initial
+            && !batch_settling
+        {
+            let next = cur.max_batch_size.saturating_mul(2).min(s.batch_initial);
+            let levers = Levers { max_batch_size: next, ..cur };
+            return self.finish(
+                history,
+                levers,
+                Reason::TtftViolated,
+                format!(
+                    "TTFT is at {} of target while ITL is at {}: max batch size {} → {next} to serve more per step",
+                    pct(ttft_side),
                     pct(itl_side),
                     cur.max_batch_size
                 ),
@@ -319,7 +396,20 @@ impl Tick<'_> {
             let step_bound = (cur.replicas * 2).max(cur.replicas + 4);
             let next =
                 needed.unwrap_or(cur.replicas + 1).max(cur.replicas + 1).min(step_bound).min(s.max_replicas);
-            let (reason, what) = if itl_side > ttft_side {
+            let (reason, what) = if itl_side > ttft_side && cut_did_not_help {
+                (
+                    Reason::ItlViolated,
+                    format!("ITL is at {} of target, and the last batch cut did not lower it", pct(itl_side)),
+                )
+            } else if itl_side > ttft_side && load_needs_replicas {
+                (
+                    Reason::ItlViolated,
+                    format!(
+                        "ITL is at {} of target, and a smaller batch would not carry the load",
+                        pct(itl_side)
+                    ),
+                )
+            } else if itl_side > ttft_side {
                 (
                     Reason::ItlViolated,
                     format!("ITL is at {} of target with the batch at its minimum", pct(itl_side)),
@@ -328,6 +418,7 @@ impl Tick<'_> {
                 (Reason::TtftViolated, format!("TTFT is at {} of target", pct(ttft_side)))
             };
             history.pending_scale_up = Some((next, self.now));
+            history.batch_cut = None;
             self.learn_floor(history, next);
             let levers = Levers { replicas: next, ..cur };
             return self.finish(

@@ -188,6 +188,10 @@ pub struct History {
     /// this request rate (and when it was learned). Scale-ins stop there while the load is as
     /// high; this is what keeps a stationary load from flapping.
     pub shed_floor: Option<(i32, f64, Seconds)>,
+    /// The last batch cut for ITL: the smoothed ITL ratio before it, and when. A cut that did
+    /// not lower ITL (steps slowed by something a batch does not change, e.g. CPU contention
+    /// or long prefills) is not repeated: replicas come next.
+    pub batch_cut: Option<(f64, Seconds)>,
 }
 
 /// A learned correction of the capacity model: observed percentile / predicted percentile.

@@ -120,6 +120,76 @@ fn an_itl_violation_shrinks_the_batch_first() {
 }
 
 #[test]
+fn an_itl_violation_under_more_load_than_the_replicas_carry_adds_replicas() {
+    let cur = levers(1);
+    // Eight requests a second is several replicas' worth for the test model.
+    let obs = observe(0.3, 0.09, 8.0, 1);
+    let d0 = at(0.0, &obs, &cur, &History::default());
+    let d = at(40.0, &obs, &cur, &d0.history);
+    assert_eq!(d.reason, Reason::ItlViolated, "{}", d.message);
+    assert!(d.levers.replicas > 1 && d.levers.max_batch_size == 8, "{:?}: {}", d.levers, d.message);
+}
+
+#[test]
+fn the_batch_moves_once_per_half_window() {
+    let cur = levers(2);
+    let obs = observe(0.2, 0.09, 1.0, 2);
+    let d0 = at(0.0, &obs, &cur, &History::default());
+    let d1 = at(40.0, &obs, &cur, &d0.history);
+    assert_eq!(d1.reason, Reason::ItlViolated, "{}", d1.message);
+    // Ten seconds later the window still holds the old steps: no second cut yet.
+    let d2 = at(50.0, &obs, &d1.levers, &d1.history);
+    assert_eq!((d2.reason, d2.levers), (Reason::Stabilizing, d1.levers), "{}", d2.message);
+    // Half a window on, ITL has come down but not enough: the next cut.
+    let half = spec().window / 2.0;
+    let better = observe(0.2, 0.06, 1.0, 2);
+    let d3 = at(40.0 + half, &better, &d1.levers, &d2.history);
+    assert_eq!(d3.reason, Reason::ItlViolated, "{}", d3.message);
+    assert!(d3.levers.max_batch_size < d1.levers.max_batch_size, "{}", d3.message);
+    assert_eq!(d3.levers.replicas, 2);
+}
+
+#[test]
+fn a_batch_cut_that_did_not_lower_itl_is_followed_by_replicas() {
+    let cur = levers(2);
+    let obs = observe(0.2, 0.09, 1.0, 2);
+    let d0 = at(0.0, &obs, &cur, &History::default());
+    let d1 = at(40.0, &obs, &cur, &d0.history);
+    assert!(d1.levers.max_batch_size < 8, "{}", d1.message);
+    // Half a window later ITL is where it was: not the batch, so more replicas.
+    let d2 = at(40.0 + spec().window / 2.0, &obs, &d1.levers, &d1.history);
+    assert_eq!(d2.reason, Reason::ItlViolated, "{}", d2.message);
+    assert_eq!(
+        (d2.levers.max_batch_size, d2.levers.replicas > 2),
+        (d1.levers.max_batch_size, true),
+        "{}",
+        d2.message
+    );
+    assert!(d2.message.contains("did not lower"), "{}", d2.message);
+}
+
+#[test]
+fn ttft_over_target_with_itl_headroom_gives_the_batch_back_first() {
+    // An earlier ITL cut left the batch at 2 of its 8; now requests queue and ITL is far under.
+    let cur = Levers { max_batch_size: 2, ..levers(4) };
+    let obs = observe(1.5, 0.01, 8.0, 4);
+    let d0 = at(0.0, &obs, &cur, &History::default());
+    let d = at(40.0, &obs, &cur, &d0.history);
+    assert_eq!(d.reason, Reason::TtftViolated, "{}", d.message);
+    assert_eq!(
+        (d.levers.max_batch_size, d.levers.replicas, d.levers.tier),
+        (4, 4, cur.tier),
+        "{}",
+        d.message
+    );
+    // With ITL near its target the batch stays and the other levers act.
+    let tight = observe(1.5, 0.045, 8.0, 4);
+    let d0 = at(0.0, &tight, &cur, &History::default());
+    let d = at(40.0, &tight, &cur, &d0.history);
+    assert_eq!(d.levers.max_batch_size, 2, "{}", d.message);
+}
+
+#[test]
 fn at_max_replicas_the_tier_degrades_only_when_allowed() {
     let cur = levers(4);
     let obs = observe(1.5, 0.03, 8.0, 4);
