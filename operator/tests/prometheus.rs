@@ -24,6 +24,10 @@ use std::time::Duration;
 
 const SCRAPE: Duration = Duration::from_secs(1);
 
+/// The tests that drive real engines run one at a time: on a small machine two loads at once
+/// stretch the scrapes the exact comparisons rely on.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn request(ns: &str, name: &str, window: f64) -> WindowRequest {
     WindowRequest { service: ServiceKey::new(ns, name), quantile: 0.95, window, rate_window: window }
 }
@@ -53,6 +57,7 @@ fn close(a: f64, b: f64, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn percentiles_counts_and_rates_of_real_engines() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let logs = tempfile::tempdir().unwrap();
     let flags = ["--served-model-name=smol", "--tier=q4_0", "--max-batch-size=4", "--kv-cache-tokens=4096"];
     let (chat, idle) = tokio::join!(
@@ -273,4 +278,119 @@ async fn a_recorded_vllm_exposition_reads_as_computed_by_hand() {
         (seen.services[&requests[0].service].1.reporting_replicas == Some(1.0)).then_some(())
     })
     .await;
+}
+
+/// Local mode's own scraper against a real Prometheus scraping the same two engines of one
+/// service: the same P95s within bucket resolution and the same sample counts within PromQL's
+/// extrapolation (the two targets are scraped at different instants).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_source_agrees_with_prometheus_on_the_same_engines() {
+    use pacer_operator::local::source::{LocalSource, Target as LocalTarget};
+    let _one = ONE_AT_A_TIME.lock().await;
+
+    let logs = tempfile::tempdir().unwrap();
+    let flags = ["--served-model-name=smol", "--tier=q4_0", "--max-batch-size=4", "--kv-cache-tokens=4096"];
+    let (a, b) = tokio::join!(
+        EngineProcess::start("chat-0", &flags, logs.path()),
+        EngineProcess::start("chat-1", &flags, logs.path())
+    );
+    let prometheus = Prometheus::start(
+        SCRAPE,
+        &[
+            ScrapeTarget::new(&a.address, "team-a", "chat", "chat-0"),
+            ScrapeTarget::new(&b.address, "team-a", "chat", "chat-1"),
+        ],
+    )
+    .await;
+    prometheus.wait_targets_up(2, 30).await;
+    let count = r#"sum(vllm:time_to_first_token_seconds_count{namespace="team-a", inferenceservice="chat"})"#;
+    until_prometheus_says(&prometheus, count, 0.0).await;
+
+    // The local scraper, on the same interval, from the same moment.
+    let clock = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let local = Arc::new(LocalSource::new(ServiceKey::new("team-a", "chat"), SCRAPE, 600.0, Arc::new(clock)));
+    let started = clock() - 1.0;
+    let targets: Vec<LocalTarget> = [&a, &b]
+        .iter()
+        .enumerate()
+        .map(|(id, e)| LocalTarget { id: id as u32, started, url: format!("{}/metrics", e.url()) })
+        .collect();
+    let scraper = {
+        let (local, targets) = (local.clone(), targets.clone());
+        tokio::spawn(async move {
+            loop {
+                local.scrape(&targets).await;
+                tokio::time::sleep(SCRAPE).await;
+            }
+        })
+    };
+
+    let plan = |seed| RunPlan {
+        arrivals: Arrivals::Closed { concurrency: 3 },
+        requests: 15,
+        warmup: 0,
+        input: Length::Uniform { min: 8, max: 48 },
+        output: Length::Uniform { min: 4, max: 16 },
+        shared_prefix: 0,
+        seed,
+        max_duration: Some(Duration::from_secs(60)),
+        dataset: None,
+        replay: None,
+        turns: 1,
+    };
+    let target = |e: &EngineProcess| Target {
+        base_url: e.url(),
+        model: "smol".into(),
+        endpoint: Endpoint::Chat,
+        api_key: None,
+        ignore_eos: true,
+        tokenizer: None,
+    };
+    let (ta, tb) = (target(&a), target(&b));
+    let (pa, pb) = (plan(5), plan(6));
+    let (la, lb) = tokio::join!(run(&ta, &pa, || {}), run(&tb, &pb, || {}));
+    let records: Vec<_> = la.records.iter().chain(&lb.records).collect();
+    assert!(records.iter().all(|r| r.ok()), "every request succeeds");
+    let sent = records.len() as f64;
+    until_prometheus_says(&prometheus, count, sent).await;
+    // Two more scrapes each, so both sources hold the final counters.
+    tokio::time::sleep(3 * SCRAPE).await;
+
+    let window = 120.0;
+    let requests = [request("team-a", "chat", window)];
+    let (_, theirs) =
+        source(&prometheus).observe(&requests).await.services[&ServiceKey::new("team-a", "chat")].clone();
+    let seen = local.observe(&requests).await;
+    let (fresh, ours) = &seen.services[&ServiceKey::new("team-a", "chat")];
+    assert_eq!(*fresh, Freshness::Fresh);
+    scraper.abort();
+
+    // Bucket bounds come from the engine's exposition.
+    let exposition = Exposition::parse(&a.metrics().await).unwrap();
+    for (name, metric, mine, prom) in [
+        ("TTFT", TTFT, ours.ttft, theirs.ttft),
+        ("ITL", ITL, ours.itl, theirs.itl),
+        ("E2E", E2E, ours.e2e, theirs.e2e),
+    ] {
+        let (Quantile::Value { seconds: m, samples: ms }, Quantile::Value { seconds: p, samples: ps }) =
+            (mine, prom)
+        else {
+            panic!("{name}: local {mine:?}, Prometheus {prom:?}")
+        };
+        let h = exposition.histogram(metric, &[]).unwrap();
+        let (i, j) = (bucket_index(&h, m), bucket_index(&h, p));
+        assert!(
+            i.abs_diff(j) <= 1,
+            "{name} P95: local {m} s and Prometheus {p} s are more than a bucket apart"
+        );
+        assert!((ms - ps).abs() <= 0.1 * ps, "{name} samples: local {ms}, Prometheus {ps}");
+        eprintln!("{name} P95: local {m:.6} s ({ms} samples), Prometheus {p:.6} s ({ps} samples)");
+    }
+    assert_eq!(ours.ttft.samples(), Some(sent), "the local source counts every request exactly");
+    // Rates are not compared here: Prometheus divides a counter's increase by the whole range
+    // asked for, the local ring by the span its scrapes cover, and these engines are younger
+    // than the window. (Once the engines are older than the rate window, the two agree.)
+    assert_eq!(ours.reporting_replicas, Some(2.0));
+    assert_eq!(ours.reporting_replicas, theirs.reporting_replicas);
+    drop((a, b));
 }
