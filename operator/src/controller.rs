@@ -47,7 +47,7 @@ pub struct Context {
     /// The clock, injectable for tests.
     pub now: fn() -> Time,
     /// The SLA planner and its metrics; `None` without a metrics source (levers stay as set).
-    pub sla: Option<SlaLoop>,
+    pub sla: Option<Arc<SlaLoop>>,
     /// Consecutive failures per object, for the retry backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<InferenceService>, u32>>,
 }
@@ -97,24 +97,28 @@ impl Stores {
 /// Where the controller watches.
 #[derive(Debug, Clone, Default)]
 pub struct Scope {
-    /// One namespace, or every namespace when `None`.
-    pub namespace: Option<String>,
+    /// These namespaces, or every namespace when empty.
+    pub namespaces: Vec<String>,
 }
 
-impl Scope {
-    fn api<K>(&self, client: &Client) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        match &self.namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
+/// An [`Api`] for `K` in `namespace`, or across every namespace.
+fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     }
 }
 
 /// Runs the controller until `shutdown` resolves (then finishes in-flight reconciles).
+///
+/// With a list of namespaces, each gets its own controller, watches and caches, so the
+/// operator needs permissions in those namespaces only (Roles, no ClusterRole); they share
+/// the metrics, the Event reporter and the SLA planner, whose one observer asks about the
+/// InferenceServices of all of them in one tick.
 pub async fn run(
     client: Client,
     scope: Scope,
@@ -124,17 +128,75 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
     let pod_monitors = pod_monitor_served(&client).await;
-    tracing::info!(pod_monitors, namespace = ?scope.namespace, "starting the InferenceService controller");
-    let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"));
+    tracing::info!(pod_monitors, namespaces = ?scope.namespaces, "starting the InferenceService controller");
+    let namespaces: Vec<Option<&str>> = if scope.namespaces.is_empty() {
+        vec![None]
+    } else {
+        scope.namespaces.iter().map(|ns| Some(ns.as_str())).collect()
+    };
+    let sla = sla.map(Arc::new);
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let reporter = Reporter { controller: "pacer-operator".into(), instance: Some(instance) };
+    let mut isvc_stores = Vec::new();
+    let mut child_stores = Vec::new();
+    let mut controllers = Vec::new();
+    for namespace in namespaces {
+        let (stores, isvcs, controller) = controller_in(
+            &client,
+            namespace,
+            pod_monitors,
+            |stores| Context {
+                recorder: Recorder::new(client.clone(), reporter.clone()),
+                client: client.clone(),
+                metrics: metrics.clone(),
+                stores,
+                pod_monitors,
+                now: || Time(Timestamp::now()),
+                sla: sla.clone(),
+                failures: Default::default(),
+            },
+            shutdown.clone(),
+        );
+        isvc_stores.push(isvcs);
+        child_stores.push(stores);
+        controllers.push(controller);
+    }
+    // One observer task reads the metrics of every InferenceService the controllers know.
+    let observer_task = sla.as_ref().map(|sla| {
+        tracing::info!(source = %sla.observer.describe(), profiled_tiers = !sla.model.is_empty(), "SLA planner on");
+        tokio::spawn(sla.observer.clone().run(isvc_stores, metrics.clone()))
+    });
+    // Ready once every child cache is filled (reconciles wait for the same, see `Stores::ready`).
+    let readiness_metrics = metrics.clone();
+    tokio::spawn(async move {
+        futures::future::join_all(child_stores.iter().map(Stores::ready)).await;
+        readiness_metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    futures::future::join_all(controllers).await;
+    if let Some(task) = observer_task {
+        task.abort();
+    }
+    Ok(())
+}
 
-    let (deployments, deployment_events) = cached::<Deployment>(scope.api(&client), owned.clone());
-    let (services, service_events) = cached::<Service>(scope.api(&client), owned.clone());
-    let (configmaps, configmap_events) = cached::<ConfigMap>(scope.api(&client), owned.clone());
-    let (pdbs, pdb_events) = cached::<PodDisruptionBudget>(scope.api(&client), owned.clone());
+/// The controller of one namespace (or of all): its child caches, its InferenceService cache,
+/// and the future that runs it until `shutdown`, with the context `ctx` makes around the caches.
+fn controller_in(
+    client: &Client,
+    namespace: Option<&str>,
+    pod_monitors: bool,
+    ctx: impl FnOnce(Stores) -> Context,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> (Stores, Store<InferenceService>, futures::future::BoxFuture<'static, ()>) {
+    let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"));
+    let (deployments, deployment_events) = cached::<Deployment>(api_in(client, namespace), owned.clone());
+    let (services, service_events) = cached::<Service>(api_in(client, namespace), owned.clone());
+    let (configmaps, configmap_events) = cached::<ConfigMap>(api_in(client, namespace), owned.clone());
+    let (pdbs, pdb_events) = cached::<PodDisruptionBudget>(api_in(client, namespace), owned.clone());
     // PodMonitors are cached and watched like the other children when the kind is served, so a
     // no-op reconcile costs no request for them either.
     let (pod_monitor_store, pod_monitor_events) =
-        pod_monitors.then(|| cached::<PodMonitor>(scope.api(&client), owned)).unzip();
+        pod_monitors.then(|| cached::<PodMonitor>(api_in(client, namespace), owned)).unzip();
     let stores = Stores {
         deployments,
         services,
@@ -143,20 +205,9 @@ pub async fn run(
         pod_monitors: pod_monitor_store,
         filled: Arc::default(),
     };
+    let ctx = ctx(stores.clone());
 
-    let reporter = Reporter { controller: "pacer-operator".into(), instance: Some(instance) };
-    let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), reporter),
-        client: client.clone(),
-        metrics,
-        stores: stores.clone(),
-        pod_monitors,
-        now: || Time(Timestamp::now()),
-        sla,
-        failures: Default::default(),
-    });
-
-    let isvcs: Api<InferenceService> = scope.api(&client);
+    let isvcs: Api<InferenceService> = api_in(client, namespace);
     let controller = Controller::new(isvcs, watcher::Config::default())
         .owns_stream(deployment_events)
         .owns_stream(service_events)
@@ -167,29 +218,13 @@ pub async fn run(
         None => controller,
     }
     .graceful_shutdown_on(shutdown);
-    // One observer task reads the metrics of every InferenceService the controller knows.
-    let observer_task = ctx.sla.as_ref().map(|sla| {
-        tracing::info!(source = %sla.observer.describe(), profiled_tiers = !sla.model.is_empty(), "SLA planner on");
-        tokio::spawn(sla.observer.clone().run(controller.store(), ctx.metrics.clone()))
+    let isvc_store = controller.store();
+    let run = controller.run(reconcile, error_policy, Arc::new(ctx)).for_each(|result| async move {
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "reconcile finished with an error");
+        }
     });
-    // Ready once every child cache is filled (reconciles wait for the same, see `Stores::ready`).
-    let (readiness_stores, readiness_metrics) = (stores.clone(), ctx.metrics.clone());
-    tokio::spawn(async move {
-        readiness_stores.ready().await;
-        readiness_metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
-    });
-    controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "reconcile finished with an error");
-            }
-        })
-        .await;
-    if let Some(task) = observer_task {
-        task.abort();
-    }
-    Ok(())
+    (stores, isvc_store, Box::pin(run))
 }
 
 /// A reflector for `K` (filling a store) and its stream of changed objects for `owns_stream`.
@@ -293,6 +328,22 @@ async fn record_decision(ctx: &Context, isvc: &InferenceService, e: &Evaluation)
         SlaState::Unknown => -1.0,
     };
     ctx.metrics.sla_met.with_label_values(&[&ns, &name]).set(sla_value);
+    let flag = |on: bool| if on { 1.0 } else { 0.0 };
+    ctx.metrics.scaling_limited.with_label_values(&[&ns, &name]).set(flag(d.scaling_limited));
+    let below = d.levers.tier != isvc.spec.quantization.preferred();
+    ctx.metrics.below_preferred_tier.with_label_values(&[&ns, &name]).set(flag(below));
+    let sla = &isvc.spec.sla;
+    let targets = [("ttft", Some(sla.ttft_ms)), ("itl", Some(sla.itl_ms)), ("e2e", sla.e2e_ms)];
+    for (dimension, ms) in targets {
+        match ms {
+            Some(ms) => {
+                ctx.metrics.sla_target.with_label_values(&[&ns, &name, dimension]).set(f64::from(ms) / 1e3)
+            }
+            None => {
+                let _ = ctx.metrics.sla_target.remove_label_values(&[&ns, &name, dimension]);
+            }
+        }
+    }
     let m = &e.outcome.observation.metrics;
     for (dimension, q) in [("ttft", &m.ttft), ("itl", &m.itl), ("e2e", &m.e2e)] {
         match q {
@@ -325,8 +376,11 @@ async fn record_decision(ctx: &Context, isvc: &InferenceService, e: &Evaluation)
 fn forget_gauges(ctx: &Context, isvc: &InferenceService) {
     let (ns, name) = (isvc.namespace().unwrap_or_default(), isvc.name_any());
     let _ = ctx.metrics.sla_met.remove_label_values(&[&ns, &name]);
+    let _ = ctx.metrics.scaling_limited.remove_label_values(&[&ns, &name]);
+    let _ = ctx.metrics.below_preferred_tier.remove_label_values(&[&ns, &name]);
     for dimension in ["ttft", "itl", "e2e"] {
         let _ = ctx.metrics.observed.remove_label_values(&[&ns, &name, dimension]);
+        let _ = ctx.metrics.sla_target.remove_label_values(&[&ns, &name, dimension]);
     }
 }
 

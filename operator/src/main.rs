@@ -128,9 +128,10 @@ fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// Watch only this namespace [default: every namespace].
-    #[arg(long, env = "PACER_WATCH_NAMESPACE")]
-    namespace: Option<String>,
+    /// Watch only these namespaces, comma-separated (the operator then needs Roles in them
+    /// only) [default: every namespace].
+    #[arg(long, alias = "namespace", env = "PACER_WATCH_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "PACER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
@@ -239,7 +240,7 @@ fn default_model() -> Option<PathBuf> {
 
 async fn run(args: RunArgs) -> Result<()> {
     let RunArgs {
-        namespace,
+        namespaces,
         metrics_addr,
         leader_elect,
         lease_name,
@@ -320,7 +321,7 @@ async fn run(args: RunArgs) -> Result<()> {
         };
         let _ = lost_tx.send(lost_leadership);
     };
-    controller::run(client, Scope { namespace }, metrics.clone(), identity, sla, shutdown).await?;
+    controller::run(client, Scope { namespaces }, metrics.clone(), identity, sla, shutdown).await?;
     let lost_leadership = lost_rx.await.unwrap_or(false);
     let _ = stop_tx.send(true);
     if let Some(keeper) = keeper {

@@ -50,9 +50,11 @@ impl Observer {
             .collect()
     }
 
-    /// One tick: observe every service in `store` and keep the answer.
-    pub async fn tick(&self, store: &Store<InferenceService>, metrics: &Metrics) {
-        let requests = Observer::requests(&store.state());
+    /// One tick: observe every service in `stores` (one per watched namespace) and keep the
+    /// answer.
+    pub async fn tick(&self, stores: &[Store<InferenceService>], metrics: &Metrics) {
+        let isvcs: Vec<_> = stores.iter().flat_map(Store::state).collect();
+        let requests = Observer::requests(&isvcs);
         let observations = self.source.observe(&requests).await;
         if let Some(e) = &observations.error {
             tracing::warn!(error = %e, source = %self.source.describe(), "observing the SLA metrics failed; the planner holds");
@@ -64,12 +66,12 @@ impl Observer {
     }
 
     /// Ticks until `stop` resolves.
-    pub async fn run(self: Arc<Self>, store: Store<InferenceService>, metrics: Arc<Metrics>) {
+    pub async fn run(self: Arc<Self>, stores: Vec<Store<InferenceService>>, metrics: Arc<Metrics>) {
         let mut interval = tokio::time::interval(self.tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             interval.tick().await;
-            self.tick(&store, &metrics).await;
+            self.tick(&stores, &metrics).await;
         }
     }
 

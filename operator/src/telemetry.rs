@@ -35,6 +35,12 @@ pub struct Metrics {
     pub observed: GaugeVec,
     /// Failed ticks of the metrics source, by error kind.
     pub observe_errors: IntCounterVec,
+    /// Per InferenceService and dimension: the spec's SLA target, seconds (for dashboards).
+    pub sla_target: GaugeVec,
+    /// Per InferenceService: 1 while the planner is out of levers (`ScalingLimited=True`).
+    pub scaling_limited: GaugeVec,
+    /// Per InferenceService: 1 while it runs below its preferred tier (`Degraded=True`).
+    pub below_preferred_tier: GaugeVec,
     /// Whether the process is ready (see the module docs).
     pub ready: AtomicBool,
 }
@@ -107,6 +113,30 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let sla_target = GaugeVec::new(
+            Opts::new(
+                "pacer_operator_sla_target_seconds",
+                "The SLA target of the InferenceService's spec, by dimension (ttft, itl, e2e)",
+            ),
+            &["namespace", "inferenceservice", "dimension"],
+        )
+        .expect("valid metric");
+        let scaling_limited = GaugeVec::new(
+            Opts::new(
+                "pacer_operator_scaling_limited",
+                "1 while the planner is out of levers (at replicas.max, no faster tier allowed), else 0",
+            ),
+            &["namespace", "inferenceservice"],
+        )
+        .expect("valid metric");
+        let below_preferred_tier = GaugeVec::new(
+            Opts::new(
+                "pacer_operator_below_preferred_tier",
+                "1 while the InferenceService runs a tier other than its preferred one, else 0",
+            ),
+            &["namespace", "inferenceservice"],
+        )
+        .expect("valid metric");
         let register =
             |c: Box<dyn prometheus::core::Collector>| registry.register(c).expect("unique metric names");
         register(Box::new(reconciles.clone()));
@@ -119,6 +149,9 @@ impl Metrics {
         register(Box::new(sla_met.clone()));
         register(Box::new(observed.clone()));
         register(Box::new(observe_errors.clone()));
+        register(Box::new(sla_target.clone()));
+        register(Box::new(scaling_limited.clone()));
+        register(Box::new(below_preferred_tier.clone()));
         Arc::new(Metrics {
             registry,
             reconciles,
@@ -131,6 +164,9 @@ impl Metrics {
             sla_met,
             observed,
             observe_errors,
+            sla_target,
+            scaling_limited,
+            below_preferred_tier,
             ready: AtomicBool::new(false),
         })
     }

@@ -145,6 +145,8 @@ fn helm_lint_passes_with_every_ci_values_file() {
 fn invalid_values_fail_with_a_message_naming_the_key() {
     let cases: &[(&[&str], &str)] = &[
         (&["--set", "operator.watchNamspace=ml"], "watchNamspace"),
+        (&["--set", "operator.watchNamespaces={Team_A}"], "watchNamespaces"),
+        (&["--set", "operator.watchNamespaces={a,a}"], "watchNamespaces"),
         (&["--set", "replicas=3"], "replicas"),
         (&["--set", "operator.logFormat=xml"], "logFormat"),
         (&["--set", "operator.leaderElection.leaseDuration=1"], "leaseDuration"),
@@ -215,9 +217,19 @@ fn the_chart_ships_config_and_the_generated_crd_unchanged() {
     for cluster_scoped in ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"] {
         assert!(!kinds.contains(cluster_scoped), "namespaced mode renders a {cluster_scoped}");
     }
-    let role = find(&objects, "Role", "pacer-operator");
-    assert_eq!(role["metadata"]["namespace"], "pacer-ci-team");
-    assert_eq!(role["rules"], rbac[0]["rules"]);
+    // A Role and its binding in each watched namespace, the same rules as the ClusterRole.
+    for ns in ["pacer-ci-team", "team-a"] {
+        let in_ns = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind && o["metadata"]["namespace"] == ns)
+                .unwrap_or_else(|| panic!("no {kind} in {ns}"))
+        };
+        assert_eq!(in_ns("Role")["rules"], rbac[0]["rules"]);
+        assert_eq!(in_ns("RoleBinding")["roleRef"]["name"], "pacer-operator");
+    }
+    let args = args_of(operator_container(&objects));
+    assert!(args.contains(&"--namespaces=pacer-ci-team,team-a".to_string()), "{args:?}");
 }
 
 /// `v` with every number as an f64 (so `1` and `1.0` compare equal).
@@ -262,7 +274,7 @@ fn every_operator_flag_is_set_from_values() {
         "-f",
         chart().join("ci/monitoring-values.yaml").to_str().expect("path"),
         "--set",
-        "operator.watchNamespace=team-a",
+        "operator.watchNamespaces={team-a,team-b}",
     ]);
     let container = operator_container(&objects);
     let args = args_of(container);

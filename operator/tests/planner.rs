@@ -157,6 +157,16 @@ async fn the_operator_holds_the_sla_on_real_prometheus_series() {
     );
     let decided = op.metric("pacer_operator_decisions_total", "lever=\"replicas\"").await.unwrap_or(0.0);
     assert!(decided >= 1.0, "decisions_total: {decided}");
+    // The per-service gauges the dashboard and the alerts read (labels in the exporter's
+    // alphabetical order; `metric` sums the matching lines, so an absent series reads 0).
+    let service = format!("inferenceservice=\"enforced\",namespace=\"{}\"", ns.name);
+    let target = |dimension: &str| format!("dimension=\"{dimension}\",{service}");
+    assert_eq!(op.metric("pacer_operator_sla_target_seconds", &target("ttft")).await, Some(0.001));
+    assert_eq!(op.metric("pacer_operator_sla_target_seconds", &target("itl")).await, Some(1.0));
+    assert_eq!(op.metric("pacer_operator_sla_target_seconds", &target("e2e")).await, Some(0.0), "no e2eMs");
+    assert_eq!(op.metric("pacer_operator_below_preferred_tier", &service).await, Some(0.0));
+    let limited = op.metric("pacer_operator_scaling_limited", &service).await;
+    assert!(limited.is_some_and(|v| v == 0.0 || v == 1.0), "{limited:?}");
 
     // Advisory: the same violation is recommended, not applied.
     let advised = eventually(60, "a recommendation for `advised`", || {

@@ -495,3 +495,42 @@ async fn a_child_the_api_server_rejects_is_reported_not_retried() {
     api.patch("smol", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("fix");
     wait_ready(&ns, "smol", &op).await;
 }
+
+/// `--namespaces a,b`: one operator reconciles InferenceServices in both, and leaves those of a
+/// namespace it was not given alone (no children, no status), though its RBAC would allow it.
+#[tokio::test]
+async fn a_list_of_namespaces_is_watched_and_nothing_else() {
+    let first = TestNs::new("multi-a").await;
+    let second = pacer_tests::namespace(&first.admin, "multi-b").await;
+    let other = pacer_tests::namespace(&first.admin, "multi-c").await;
+    let op = first.operator_with("multi", &[format!("--namespaces={second}")]);
+    first.create(isvc_doc("smol")).await;
+    let isvc: InferenceService = serde_json::from_value(isvc_doc("smol")).expect("isvc");
+    for ns in [&second, &other] {
+        Api::<InferenceService>::namespaced(first.admin.clone(), ns)
+            .create(&Default::default(), &isvc)
+            .await
+            .expect("create");
+    }
+    for ns in [&first.name, &second] {
+        let deployments: Api<Deployment> = Api::namespaced(first.admin.clone(), ns);
+        let isvcs: Api<InferenceService> = Api::namespaced(first.admin.clone(), ns);
+        eventually(60, &format!("the Deployment and status in {ns}"), || {
+            let (deployments, isvcs) = (deployments.clone(), isvcs.clone());
+            async move {
+                deployments.get_opt("smol").await.ok()??;
+                isvcs.get("smol").await.ok()?.status?.observed_generation.map(|_| ())
+            }
+        })
+        .await;
+    }
+    // The first two are done; the third has had the same time and more.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let ignored: Api<Deployment> = Api::namespaced(first.admin.clone(), &other);
+    assert!(ignored.get_opt("smol").await.expect("get").is_none(), "{}", op.log_text());
+    let isvc =
+        Api::<InferenceService>::namespaced(first.admin.clone(), &other).get("smol").await.expect("get");
+    assert!(isvc.status.is_none(), "status written in an unwatched namespace: {:?}", isvc.status);
+    let log = op.log_text();
+    assert!(log.contains(&second) && !log.contains(&other), "the log names the watched namespaces only");
+}
