@@ -104,7 +104,12 @@ async fn percentiles_counts_and_rates_of_real_engines() {
     assert_eq!(load.records.len(), sent);
     assert!(load.records.iter().all(|r| r.ok()), "every request succeeds");
     let after = Exposition::parse(&chat.metrics().await).unwrap();
-    until_prometheus_says(&prometheus, count, sent as f64).await;
+    // E2E is observed last, as a request finishes: once Prometheus counts every E2E, its newest
+    // scrape holds every TTFT and ITL too (a TTFT count alone can be complete while the last
+    // requests still stream).
+    let finished =
+        r#"sum(vllm:e2e_request_latency_seconds_count{namespace="team-a", inferenceservice="chat"})"#;
+    until_prometheus_says(&prometheus, finished, sent as f64).await;
 
     // Evaluate at the chat engine's newest scrape: no extrapolation to the right either.
     let at = prometheus
@@ -352,7 +357,9 @@ async fn the_local_source_agrees_with_prometheus_on_the_same_engines() {
     let records: Vec<_> = la.records.iter().chain(&lb.records).collect();
     assert!(records.iter().all(|r| r.ok()), "every request succeeds");
     let sent = records.len() as f64;
-    until_prometheus_says(&prometheus, count, sent).await;
+    let finished =
+        r#"sum(vllm:e2e_request_latency_seconds_count{namespace="team-a", inferenceservice="chat"})"#;
+    until_prometheus_says(&prometheus, finished, sent).await;
     // Two more scrapes each, so both sources hold the final counters.
     tokio::time::sleep(3 * SCRAPE).await;
 
