@@ -559,7 +559,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     };
     // The HTTP side is light; the compute pool does the heavy work on its own threads.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let server = pacer_engine::server::build(loaded, &config)?;
         let listener = tokio::net::TcpListener::bind((host.as_str(), port))
             .await
@@ -573,7 +573,11 @@ fn serve(args: ServeArgs) -> Result<()> {
         )
         .await?;
         anyhow::Ok(())
-    })?;
+    });
+    // Connections still open after the drain (half-sent requests, idle keep-alives) belong to
+    // tasks of this runtime: drop them now rather than wait for their clients.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    served?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -187,7 +187,12 @@ async fn a_full_queue_answers_429_with_retry_after() {
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "1");
     let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "queue_full");
+    assert_eq!(
+        (&v["error"]["type"], &v["error"]["code"]),
+        (&json!("requests"), &json!("rate_limit_exceeded")),
+        "{v}"
+    );
+    assert!(v["error"]["message"].as_str().unwrap().contains("queue is full"), "{v}");
     assert_eq!(running.await.unwrap(), 200);
     assert_eq!(waiting.await.unwrap(), 200);
     assert_eq!(
@@ -226,7 +231,7 @@ async fn malformed_requests_get_the_right_status_and_an_openai_error_body() {
         (json!({"model": MODEL, "prompt": "hi", "temperature": 5}), 400, Some("temperature")),
         (json!({"model": MODEL, "prompt": "hi", "top_p": 0}), 400, Some("top_p")),
         (json!({"model": MODEL, "prompt": "hi", "max_tokens": 100000}), 400, Some("max_tokens")),
-        (json!({"model": MODEL, "prompt": "word ".repeat(9000)}), 400, Some("messages")),
+        (json!({"model": MODEL, "prompt": "word ".repeat(9000)}), 400, Some("prompt")),
         (json!({"model": MODEL, "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}), 400, Some("stop")),
         (json!({"model": MODEL, "prompt": ["a", "b"]}), 400, Some("prompt")),
         (json!({"model": MODEL, "prompt": [1, 999999]}), 400, Some("prompt")),
@@ -250,6 +255,89 @@ async fn malformed_requests_get_the_right_status_and_an_openai_error_body() {
     assert!(v["error"]["message"].as_str().unwrap().contains("invalid request body"));
     let r = client.post(format!("{url}/v1/completions")).body(vec![b'x'; 2 << 20]).send().await.unwrap();
     assert_eq!(r.status(), 413, "bodies over the limit are refused");
+    let v: Value = r.json().await.expect("413 has OpenAI's error body");
+    assert_eq!(
+        (&v["error"]["type"], &v["error"]["code"]),
+        (&json!("invalid_request_error"), &json!("request_too_large"))
+    );
+
+    // Errors of the HTTP layer have the same shape: no route, a wrong method.
+    let r = client.get(format!("{url}/v1/nothing")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.expect("404 has OpenAI's error body");
+    assert!(v["error"]["message"].as_str().unwrap().contains("/v1/nothing"), "{v}");
+    let r = client.get(format!("{url}/v1/completions")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert!(r.headers().contains_key("allow"), "405 keeps its Allow header");
+    let v: Value = r.json().await.expect("405 has OpenAI's error body");
+    assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+
+    // A field of the wrong type is named, in JSON's words, not Rust's.
+    for (body, param, words) in [
+        (
+            json!({"model": MODEL, "prompt": "hi", "max_tokens": "ten"}),
+            "max_tokens",
+            "a non-negative integer",
+        ),
+        (
+            json!({"model": MODEL, "prompt": {"text": "hi"}}),
+            "prompt",
+            "a string, a list of one string, or a list of token ids",
+        ),
+        (json!({"model": MODEL, "prompt": "hi", "temperature": "hot"}), "temperature", "a number"),
+        (json!({"model": MODEL, "prompt": "hi", "stop": 7}), "stop", "a string or a list of strings"),
+        (json!({"prompt": "hi"}), "model", "missing field"),
+    ] {
+        let r = post(&url, "/v1/completions", &body).await;
+        assert_eq!(r.status(), 400, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], param, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{message}");
+        for rust in ["usize", "untagged", "f32", "line 1 column"] {
+            assert!(!message.contains(rust), "Rust words in {message:?}");
+        }
+    }
+    let r = post(
+        &url,
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": 5}]}),
+    )
+    .await;
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "messages[0].content", "{v}");
+
+    // What the engine does not implement is refused by name, unless neutral.
+    let chat_with = |extra: Value| {
+        let mut body =
+            json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let tool = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
+    for (extra, param) in [
+        (json!({"tools": tool, "tool_choice": "required"}), "tools"),
+        (json!({"tool_choice": "required"}), "tool_choice"),
+        (json!({"response_format": {"type": "json_object"}}), "response_format"),
+        (json!({"logprobs": true, "top_logprobs": 2}), "logprobs"),
+        (json!({"presence_penalty": 0.5}), "presence_penalty"),
+        (json!({"logit_bias": {"42": 10}}), "logit_bias"),
+    ] {
+        let r = post(&url, "/v1/chat/completions", &chat_with(extra.clone())).await;
+        assert_eq!(r.status(), 400, "{extra}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], param, "{v}");
+    }
+    let neutral = json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "logprobs": false,
+                         "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u-1"});
+    assert_eq!(post(&url, "/v1/chat/completions", &chat_with(neutral)).await.status(), 200);
+    let r = post(&url, "/v1/completions", &json!({"model": MODEL, "prompt": "hi", "logprobs": 3})).await;
+    assert_eq!(
+        (r.status().as_u16(), r.json::<Value>().await.unwrap()["error"]["param"].clone()),
+        (400, json!("logprobs"))
+    );
 
     let keyed = start(ServeConfig { api_key: Some("s3cret".into()), ..config() }).await;
     let body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 1});
@@ -357,6 +445,71 @@ fn sigterm_drains_without_cutting_a_stream_and_exits_zero() {
     assert!(rest.contains("data: [DONE]"));
     let exit = child.wait().unwrap();
     assert!(exit.success(), "exit status {exit}");
+}
+
+/// `--drain-timeout` is a hard limit: a stream still running at the deadline ends with an error
+/// event and `[DONE]`, a half-sent request and an idle keep-alive connection do not hold the
+/// process, and it exits about a second after the deadline.
+#[test]
+fn sigterm_past_the_drain_timeout_cuts_streams_and_exits_in_time() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pacer-engine"))
+        .args(["serve", "--port", &port.to_string(), "--served-model-name", MODEL, "--drain-timeout", "2"])
+        .env("PACER_MODEL", common::model_path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let connect = || TcpStream::connect(("127.0.0.1", port));
+    let mut ready = false;
+    for _ in 0..400 {
+        if let Ok(mut s) = connect() {
+            let _ = write!(s, "GET /ready HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+            let mut line = String::new();
+            if BufReader::new(s).read_line(&mut line).is_ok() && line.contains(" 200 ") {
+                ready = true;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready, "server never became ready");
+    // A stream far longer than the drain timeout.
+    let body = json!({"model": MODEL, "prompt": "Count: 1, 2, 3,", "max_tokens": 4000, "ignore_eos": true, "stream": true}).to_string();
+    let mut stream = connect().unwrap();
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut first = [0u8; 64];
+    stream.read_exact(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first).starts_with("HTTP/1.1 200"));
+    // A request whose body never finishes, and one whose headers never do.
+    let mut half_body = connect().unwrap();
+    write!(half_body, "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 500\r\n\r\n{{\"mo")
+        .unwrap();
+    let mut half_headers = connect().unwrap();
+    write!(half_headers, "POST /v1/completions HTTP/1.1\r\nhost: x\r\n").unwrap();
+
+    let signalled = std::time::Instant::now();
+    let status =
+        std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let rest = String::from_utf8_lossy(&rest);
+    let cut = rest.find("drain deadline").unwrap_or_else(|| panic!("no error event at the deadline: {rest}"));
+    assert!(rest[cut..].contains("data: [DONE]"), "no [DONE] after the error event: {rest}");
+    assert!(rest.ends_with("0\r\n\r\n"), "the chunked body is closed properly: {rest}");
+    let exit = child.wait().unwrap();
+    let took = signalled.elapsed();
+    assert!(exit.success(), "exit status {exit}");
+    // 2 s of drain, 1 s of grace; the rest is slack for a busy machine.
+    assert!(took < Duration::from_secs(8), "exited {took:?} after SIGTERM with --drain-timeout 2");
+    drop((half_body, half_headers));
 }
 
 #[test]

@@ -16,8 +16,8 @@ pub struct ApiError {
     pub message: String,
     /// OpenAI's `type` (`invalid_request_error`, ...).
     pub kind: &'static str,
-    /// The request field at fault, if one is.
-    pub param: Option<&'static str>,
+    /// The request field at fault, if one is (`max_tokens`, `messages[0].content`).
+    pub param: Option<String>,
     /// A stable machine-readable code.
     pub code: Option<&'static str>,
     /// Seconds to wait before retrying (429 only).
@@ -31,8 +31,39 @@ impl ApiError {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
             kind: "invalid_request_error",
-            param,
+            param: param.map(str::to_string),
             code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400 for a field whose path is only known at run time (`messages[2].role`).
+    pub fn invalid_field(message: impl Into<String>, param: String) -> Self {
+        ApiError { param: Some(param), ..ApiError::invalid(message, None) }
+    }
+
+    /// An error the HTTP layer produced before a handler ran (no route, wrong method, a body
+    /// over the limit), with a default message when the layer gave none.
+    pub fn from_status(status: StatusCode, message: String, method: &str, path: &str) -> Self {
+        let (code, default) = match status {
+            StatusCode::NOT_FOUND => ("not_found", format!("No such route: {method} {path}.")),
+            StatusCode::METHOD_NOT_ALLOWED => {
+                ("method_not_allowed", format!("{method} is not allowed on {path}."))
+            }
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                ("request_too_large", "The request body is larger than this server accepts.".to_string())
+            }
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                ("unsupported_media_type", "Send the body as application/json.".to_string())
+            }
+            _ => ("http_error", status.canonical_reason().unwrap_or("error").to_string()),
+        };
+        ApiError {
+            status,
+            message: if message.is_empty() { default } else { format!("{default} {message}") },
+            kind: if status.is_server_error() { "server_error" } else { "invalid_request_error" },
+            param: None,
+            code: Some(code),
             retry_after: None,
         }
     }
@@ -43,7 +74,7 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             message: format!("The model `{requested}` does not exist. This server serves `{served}`."),
             kind: "invalid_request_error",
-            param: Some("model"),
+            param: Some("model".into()),
             code: Some("model_not_found"),
             retry_after: None,
         }
@@ -108,14 +139,14 @@ impl From<Refusal> for ApiError {
                 None,
             ),
         };
-        ApiError {
-            status,
-            message: message.into(),
-            kind: "server_error",
-            param: None,
-            code: Some(code),
-            retry_after,
-        }
+        // OpenAI marks a 429 with type `requests` and code `rate_limit_exceeded`; SDKs retry on
+        // the status, and the message says it is this engine's queue.
+        let (kind, code) = if status == StatusCode::TOO_MANY_REQUESTS {
+            ("requests", "rate_limit_exceeded")
+        } else {
+            ("server_error", code)
+        };
+        ApiError { status, message: message.into(), kind, param: None, code: Some(code), retry_after }
     }
 }
 

@@ -53,6 +53,8 @@ pub struct AppState {
     log_prompts: bool,
     started: u64,
     ids: AtomicU64,
+    /// Turns true at the drain deadline: responses still open end then.
+    closing: tokio::sync::watch::Receiver<bool>,
 }
 
 impl AppState {
@@ -70,6 +72,8 @@ pub struct Server {
     pub router: Router,
     /// The scheduler behind it.
     pub scheduler: SchedulerHandle,
+    /// Set at the drain deadline (see [`serve`]).
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// The settings to start with: the settings file's, over the command line's, when the file
@@ -107,6 +111,7 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
             Duration::from_millis(500),
         ));
     }
+    let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let state = Arc::new(AppState {
         model,
         scheduler: scheduler.clone(),
@@ -118,6 +123,7 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         ids: AtomicU64::new(0),
+        closing: closing_rx,
     });
     let router = Router::new()
         .route("/v1/completions", post(routes::completions))
@@ -126,16 +132,27 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))
         .route("/metrics", get(routes::metrics))
+        .fallback(routes::no_route)
+        .method_not_allowed_fallback(routes::wrong_method)
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         // A panic in a handler becomes a 500 for that request, not a dead server.
         .layer(tower_http::catch_panic::CatchPanicLayer::new())
+        // Errors the HTTP layer makes itself (a body over the limit, a panic) get OpenAI's body.
+        .layer(axum::middleware::from_fn(routes::openai_errors))
         .with_state(state);
-    Ok(Server { router, scheduler })
+    Ok(Server { router, scheduler, closing: Arc::new(closing) })
 }
 
+/// How long connections get, after the drain deadline, to flush the final events of the
+/// responses cut there before the server returns and drops them.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 /// Serves on `listener` until `shutdown` resolves, then drains: readiness goes false and new
-/// requests get 503 at once, in-flight requests finish (for at most `drain_timeout`), and the
-/// function returns.
+/// requests get 503 at once, in-flight requests finish for at most `drain_timeout`. At that
+/// deadline every response still open ends (a stream with an error event and `[DONE]`, a
+/// waiting non-streamed request with a 503), and [`CLOSE_GRACE`] later the function returns
+/// whatever connections are still open, idle or half-sent: the process exits within
+/// `drain_timeout` plus about a second of the signal.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     server: Server,
@@ -143,6 +160,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let scheduler = server.scheduler.clone();
+    let closing = server.closing.clone();
+    let (deadline_tx, deadline_rx) = tokio::sync::oneshot::channel::<()>();
     let drained = async move {
         shutdown.await;
         scheduler.start_draining();
@@ -159,12 +178,27 @@ pub async fn serve(
         }
         let left = scheduler.shared().waiting() + scheduler.shared().running();
         if left > 0 {
-            tracing::warn!(left, "drain timeout reached; closing with requests still in flight");
+            tracing::warn!(left, "drain timeout reached; ending the responses still in flight");
         } else {
             tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "drained");
         }
+        let _ = closing.send(true);
+        let _ = deadline_tx.send(());
     };
-    axum::serve(listener, server.router).with_graceful_shutdown(drained).await
+    let serving = axum::serve(listener, server.router).with_graceful_shutdown(drained);
+    tokio::select! {
+        result = serving => result,
+        () = async {
+            if deadline_rx.await.is_ok() {
+                tokio::time::sleep(CLOSE_GRACE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => {
+            tracing::info!("closing the connections still open after the drain");
+            Ok(())
+        }
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -1,6 +1,9 @@
 //! OpenAI request bodies and their validation into a [`GenerateRequest`]. Fields the engine
-//! does not implement are ignored, as OpenAI-compatible servers do; fields it implements are
-//! checked, and each error names the field.
+//! implements are checked, and each error names the field. Fields that would change the answer
+//! and that it does not implement (tools, `response_format`, logprobs, penalties, ...) are
+//! refused with a 400 naming the field, unless set to their neutral value: silently ignoring
+//! them would hand back something the client did not ask for. Other unknown fields (`user`,
+//! `metadata`, ...) are ignored, as OpenAI-compatible servers do.
 
 use super::error::ApiError;
 use crate::LoadedModel;
@@ -66,15 +69,93 @@ pub struct Common {
     /// Keep generating past end-of-sequence (vLLM extension, for fixed-length benchmarks).
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Fields the engine does not implement; accepted only at their neutral value.
+    #[serde(skip)]
+    pub unsupported: Unsupported,
+}
+
+/// OpenAI fields that change the answer and that the engine does not implement. Each is kept
+/// as raw JSON so that its neutral value (absent, `null`, `false`, `0`, empty, `"none"`,
+/// `{"type": "text"}`) passes and anything else gets a 400 naming it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Unsupported {
+    tools: Option<serde_json::Value>,
+    tool_choice: Option<serde_json::Value>,
+    functions: Option<serde_json::Value>,
+    function_call: Option<serde_json::Value>,
+    parallel_tool_calls: Option<serde_json::Value>,
+    response_format: Option<serde_json::Value>,
+    logprobs: Option<serde_json::Value>,
+    top_logprobs: Option<serde_json::Value>,
+    presence_penalty: Option<serde_json::Value>,
+    frequency_penalty: Option<serde_json::Value>,
+    logit_bias: Option<serde_json::Value>,
+    best_of: Option<serde_json::Value>,
+    echo: Option<serde_json::Value>,
+    suffix: Option<serde_json::Value>,
+}
+
+impl Unsupported {
+    /// The first field set to something other than its neutral value, with why.
+    fn check(&self) -> Result<(), ApiError> {
+        use serde_json::Value;
+        let neutral = |v: &Value| match v {
+            Value::Null | Value::Bool(false) => true,
+            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::String(s) => s.is_empty() || s == "none" || s == "auto",
+            Value::Array(a) => a.is_empty(),
+            Value::Object(o) => o.is_empty(),
+            Value::Bool(true) => false,
+        };
+        let fields: [(&'static str, &Option<Value>, &str); 14] = [
+            ("tools", &self.tools, "tool calling is not supported by this server"),
+            ("tool_choice", &self.tool_choice, "tool calling is not supported by this server"),
+            ("functions", &self.functions, "function calling is not supported by this server"),
+            ("function_call", &self.function_call, "function calling is not supported by this server"),
+            (
+                "parallel_tool_calls",
+                &self.parallel_tool_calls,
+                "tool calling is not supported by this server",
+            ),
+            ("response_format", &self.response_format, "only `{\"type\": \"text\"}` is supported"),
+            ("logprobs", &self.logprobs, "log probabilities are not supported by this server yet"),
+            ("top_logprobs", &self.top_logprobs, "log probabilities are not supported by this server yet"),
+            ("presence_penalty", &self.presence_penalty, "only 0 is supported"),
+            ("frequency_penalty", &self.frequency_penalty, "only 0 is supported"),
+            ("logit_bias", &self.logit_bias, "logit bias is not supported by this server"),
+            ("best_of", &self.best_of, "only best_of = 1 is supported"),
+            ("echo", &self.echo, "echo is not supported by this server"),
+            ("suffix", &self.suffix, "suffix (insertion) is not supported by this server"),
+        ];
+        for (name, value, why) in fields {
+            let Some(v) = value else { continue };
+            let ok = match name {
+                // `"auto"` asks for tools only when tools are given; `"none"` asks for none.
+                "tool_choice" | "function_call" => neutral(v),
+                "parallel_tool_calls" => true,
+                "response_format" => {
+                    neutral(v)
+                        || v.get("type").and_then(Value::as_str) == Some("text")
+                            && v.as_object().is_some_and(|o| o.len() == 1)
+                }
+                "best_of" => v.is_null() || v.as_u64() == Some(1),
+                "suffix" => v.is_null() || v.as_str() == Some(""),
+                _ => neutral(v) && !v.is_string(),
+            };
+            if !ok {
+                return Err(ApiError::invalid(format!("`{name}` = {v}: {why}"), Some(name)));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `POST /v1/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct CompletionRequest {
     /// The prompt.
     pub prompt: Prompt,
     /// Everything else.
-    #[serde(flatten)]
     pub common: Common,
 }
 
@@ -108,15 +189,131 @@ pub struct MessageIn {
 }
 
 /// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<MessageIn>,
     /// OpenAI's newer name for `max_tokens`.
     pub max_completion_tokens: Option<usize>,
     /// Everything else.
-    #[serde(flatten)]
     pub common: Common,
+}
+
+type Fields = serde_json::Map<String, serde_json::Value>;
+
+/// The body as a JSON object; a syntax error or another JSON type is a 400.
+fn object(body: &[u8]) -> Result<Fields, ApiError> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(other) => Err(ApiError::invalid(
+            format!("invalid request body: expected a JSON object, got {}", json_kind(&other)),
+            None,
+        )),
+        Err(e) => Err(ApiError::invalid(format!("invalid request body: {e}"), None)),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Deserializes `value` (found at `at`, `""` for the body itself), naming the field at fault
+/// in words a client understands rather than Rust's (`expected usize`, `untagged enum`).
+fn typed<T: serde::de::DeserializeOwned>(value: serde_json::Value, at: &str) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner_path = e.path().to_string();
+        let message = plain_words(&e.into_inner().to_string());
+        // A missing field is reported at its parent; name the field itself.
+        let missing = message.strip_prefix("missing field `").and_then(|m| m.split('`').next());
+        let mut path: Vec<String> = Vec::new();
+        if !at.is_empty() {
+            path.push(at.to_string());
+        }
+        if inner_path != "." {
+            path.push(inner_path);
+        }
+        if let Some(field) = missing {
+            path.push(field.to_string());
+        }
+        let param = path.join(".").replace(".[", "[");
+        if param.is_empty() {
+            ApiError::invalid(format!("invalid request body: {message}"), None)
+        } else {
+            ApiError::invalid_field(format!("invalid `{param}`: {message}"), param)
+        }
+    })
+}
+
+/// Removes `name` from `fields` and deserializes it; absent or `null` is `None`.
+fn take<T: serde::de::DeserializeOwned>(fields: &mut Fields, name: &str) -> Result<Option<T>, ApiError> {
+    match fields.remove(name) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => typed(v, name).map(Some),
+    }
+}
+
+fn missing(name: &'static str) -> ApiError {
+    ApiError::invalid(format!("missing field `{name}`"), Some(name))
+}
+
+/// serde's wording of a type error, in JSON's terms, without the line and column.
+fn plain_words(message: &str) -> String {
+    let message = match message.rfind(" at line ") {
+        Some(i) => &message[..i],
+        None => message,
+    };
+    let mut out = message.replace("data did not match any variant of ", "expected ");
+    for (rust, json) in [
+        ("untagged enum Prompt", "a string, a list of one string, or a list of token ids"),
+        ("untagged enum Stop", "a string or a list of strings"),
+        ("untagged enum Content", "a string or a list of content parts"),
+        ("usize", "a non-negative integer"),
+        ("u64", "a non-negative integer"),
+        ("u32", "a non-negative integer"),
+        ("i64", "an integer"),
+        ("f32", "a number"),
+        ("f64", "a number"),
+        ("a sequence", "a list"),
+        ("a map", "an object"),
+    ] {
+        out = out.replace(rust, json);
+    }
+    out
+}
+
+impl Common {
+    /// The shared fields from what is left of the body once the endpoint's own are taken.
+    fn from_fields(fields: Fields) -> Result<Common, ApiError> {
+        let unsupported: Unsupported = typed(serde_json::Value::Object(fields.clone()), "")?;
+        let common: Common = typed(serde_json::Value::Object(fields), "")?;
+        Ok(Common { unsupported, ..common })
+    }
+}
+
+impl CompletionRequest {
+    /// Parses a `/v1/completions` body.
+    pub fn from_json(body: &[u8]) -> Result<CompletionRequest, ApiError> {
+        let mut fields = object(body)?;
+        let prompt = take(&mut fields, "prompt")?.ok_or_else(|| missing("prompt"))?;
+        Ok(CompletionRequest { prompt, common: Common::from_fields(fields)? })
+    }
+}
+
+impl ChatRequest {
+    /// Parses a `/v1/chat/completions` body.
+    pub fn from_json(body: &[u8]) -> Result<ChatRequest, ApiError> {
+        let mut fields = object(body)?;
+        let messages = take(&mut fields, "messages")?.ok_or_else(|| missing("messages"))?;
+        let max_completion_tokens = take(&mut fields, "max_completion_tokens")?;
+        Ok(ChatRequest { messages, max_completion_tokens, common: Common::from_fields(fields)? })
+    }
 }
 
 /// What a validated request becomes.
@@ -178,6 +375,7 @@ impl Common {
         model: &LoadedModel,
         served: &str,
         prompt: Vec<u32>,
+        prompt_param: &'static str,
         max_tokens: Option<usize>,
         default_max: usize,
     ) -> Result<Prepared, ApiError> {
@@ -187,6 +385,7 @@ impl Common {
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(ApiError::invalid(format!("only n = 1 is supported, got {n}"), Some("n")));
         }
+        self.unsupported.check()?;
         let context = model.model.config.context_length;
         if prompt.is_empty() {
             return Err(ApiError::invalid("the prompt is empty", Some("prompt")));
@@ -197,7 +396,7 @@ impl Common {
                     "This model's maximum context length is {context} tokens, but the prompt has {} tokens.",
                     prompt.len()
                 ),
-                Some("messages"),
+                Some(prompt_param),
             ));
         }
         let room = context - prompt.len();
@@ -248,7 +447,14 @@ impl CompletionRequest {
             }
             Prompt::Tokens(ids) => ids.clone(),
         };
-        self.common.prepare(model, served, tokens, self.common.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS)
+        self.common.prepare(
+            model,
+            served,
+            tokens,
+            "prompt",
+            self.common.max_tokens,
+            COMPLETIONS_DEFAULT_MAX_TOKENS,
+        )
     }
 }
 
@@ -288,6 +494,6 @@ impl ChatRequest {
         let text = template.render(&messages, true)?;
         let tokens = model.tokenizer.encode(&text)?;
         let max = self.max_completion_tokens.or(self.common.max_tokens);
-        self.common.prepare(model, served, tokens, max, usize::MAX)
+        self.common.prepare(model, served, tokens, "messages", max, usize::MAX)
     }
 }

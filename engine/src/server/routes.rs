@@ -39,15 +39,51 @@ fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     if given == Some(key.as_str()) { Ok(()) } else { Err(ApiError::unauthorized()) }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid request body: {e}"), None))
+/// Any path no route serves: a 404 with OpenAI's error body.
+pub async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    ApiError::from_status(StatusCode::NOT_FOUND, String::new(), method.as_str(), uri.path()).into_response()
+}
+
+/// A served path with the wrong method: a 405 with OpenAI's error body.
+pub async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    ApiError::from_status(StatusCode::METHOD_NOT_ALLOWED, String::new(), method.as_str(), uri.path())
+        .into_response()
+}
+
+/// Rewrites an error response that is not JSON (axum's extractor rejections, such as 413 for a
+/// body over the limit, and the panic handler's 500) into OpenAI's error body, keeping its
+/// status and headers: every error a client sees has the same shape.
+pub async fn openai_errors(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let mut rewritten = ApiError::from_status(status, text, method.as_str(), &path).into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            rewritten.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    rewritten
 }
 
 /// `POST /v1/completions`.
 pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
     let arrived = Instant::now();
     let prepared = check_auth(&state, &headers)
-        .and_then(|()| parse::<CompletionRequest>(&body))
+        .and_then(|()| CompletionRequest::from_json(&body))
         .and_then(|r| r.prepare(&state.model, &state.served_name));
     respond(state, prepared, Endpoint::Completions, arrived).await
 }
@@ -60,7 +96,7 @@ pub async fn chat_completions(
 ) -> Response {
     let arrived = Instant::now();
     let prepared = check_auth(&state, &headers)
-        .and_then(|()| parse::<ChatRequest>(&body))
+        .and_then(|()| ChatRequest::from_json(&body))
         .and_then(|r| r.prepare(&state.model, &state.served_name));
     respond(state, prepared, Endpoint::Chat, arrived).await
 }
@@ -93,9 +129,9 @@ async fn respond(
     }
     let shape = Shape { id, endpoint, model: state.served_name.clone(), created: unix_now() };
     if prepared.stream {
-        stream_response(shape, rx, prepared.include_usage).into_response()
+        stream_response(shape, rx, prepared.include_usage, state.closing.clone()).into_response()
     } else {
-        collect_response(shape, rx).await
+        collect_response(shape, rx, state.closing.clone()).await
     }
 }
 
@@ -148,47 +184,71 @@ fn stream_response(
     shape: Shape,
     rx: UnboundedReceiver<Event>,
     include_usage: bool,
+    closing: tokio::sync::watch::Receiver<bool>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let data = |v: Value| Ok(SseEvent::default().data(v.to_string()));
+    // Headers are gone already: a failure is reported in-band, as OpenAI does, then `[DONE]`,
+    // so a client reading to `[DONE]` ends too.
+    let failed = move |message: &str| {
+        let body =
+            json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}});
+        stream::iter(vec![data(body), Ok(SseEvent::default().data("[DONE]"))])
+    };
     let first =
         if shape.endpoint == Endpoint::Chat { vec![data(shape.chunk(None, true, None))] } else { vec![] };
-    let events = stream::unfold((rx, shape, false), move |(mut rx, shape, done)| async move {
-        if done {
-            return None;
-        }
-        let out: Vec<Result<SseEvent, Infallible>> = match rx.recv().await {
-            Some(Event::Token { text, .. }) if text.is_empty() => vec![],
-            Some(Event::Token { text, .. }) => vec![data(shape.chunk(Some(&text), false, None))],
-            Some(Event::Finished { reason, prompt_tokens, completion_tokens }) => {
-                let mut v = vec![data(shape.chunk(None, false, Some(reason)))];
-                if include_usage {
-                    v.push(data(json!({
+    let events =
+        stream::unfold((rx, shape, closing, false), move |(mut rx, shape, mut closing, done)| async move {
+            if done {
+                return None;
+            }
+            let event = tokio::select! {
+                event = rx.recv() => event,
+                () = async { let _ = closing.wait_for(|c| *c).await; } => {
+                    let cut = "the engine is shutting down: the response was cut at its drain deadline";
+                    return Some((failed(cut), (rx, shape, closing, true)));
+                }
+            };
+            let out: Vec<Result<SseEvent, Infallible>> = match event {
+                Some(Event::Token { text, .. }) if text.is_empty() => vec![],
+                Some(Event::Token { text, .. }) => vec![data(shape.chunk(Some(&text), false, None))],
+                Some(Event::Finished { reason, prompt_tokens, completion_tokens }) => {
+                    let mut v = vec![data(shape.chunk(None, false, Some(reason)))];
+                    if include_usage {
+                        v.push(data(json!({
                         "id": shape.id, "object": shape.object(true), "created": shape.created,
                         "model": shape.model, "choices": [], "usage": usage(prompt_tokens, completion_tokens),
                     })));
+                    }
+                    v.push(Ok(SseEvent::default().data("[DONE]")));
+                    return Some((stream::iter(v), (rx, shape, closing, true)));
                 }
-                v.push(Ok(SseEvent::default().data("[DONE]")));
-                return Some((stream::iter(v), (rx, shape, true)));
-            }
-            Some(Event::Failed(msg)) => {
-                // Headers are gone already: report in-band, as OpenAI does, then end.
-                let body =
-                    json!({"error": {"message": msg, "type": "server_error", "param": null, "code": null}});
-                return Some((stream::iter(vec![data(body)]), (rx, shape, true)));
-            }
-            None => return None,
-        };
-        Some((stream::iter(out), (rx, shape, false)))
-    })
-    .flatten();
+                Some(Event::Failed(msg)) => return Some((failed(&msg), (rx, shape, closing, true))),
+                None => {
+                    let gone = "the scheduler stopped before the request finished";
+                    return Some((failed(gone), (rx, shape, closing, true)));
+                }
+            };
+            Some((stream::iter(out), (rx, shape, closing, false)))
+        })
+        .flatten();
     Sse::new(stream::iter(first).chain(events)).keep_alive(KeepAlive::default())
 }
 
 /// Non-streaming: wait for the whole answer. Dropping this future (client gone) drops the
-/// receiver, which cancels the sequence at the next step.
-async fn collect_response(shape: Shape, mut rx: UnboundedReceiver<Event>) -> Response {
+/// receiver, which cancels the sequence at the next step. At the drain deadline it answers
+/// 503: nothing was sent yet, so the client can retry elsewhere.
+async fn collect_response(
+    shape: Shape,
+    mut rx: UnboundedReceiver<Event>,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) -> Response {
     let mut text = String::new();
-    while let Some(ev) = rx.recv().await {
+    loop {
+        let event = tokio::select! {
+            event = rx.recv() => event,
+            _ = closing.wait_for(|c| *c) => return ApiError::from(crate::scheduler::Refusal::Draining).into_response(),
+        };
+        let Some(ev) = event else { break };
         match ev {
             Event::Token { text: t, .. } => text.push_str(&t),
             Event::Finished { reason, prompt_tokens, completion_tokens } => {
