@@ -50,6 +50,9 @@ async fn start_engine() -> String {
         kv_cache_tokens: 8192,
         drain_timeout: Duration::from_secs(10),
         max_body_bytes: 1 << 20,
+        header_timeout: Duration::from_secs(10),
+        body_timeout: Duration::from_secs(30),
+        max_connections: 64,
         log_prompts: false,
     };
     let srv = server::build(model, &config).unwrap();

@@ -100,6 +100,15 @@ struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "PACER_MAX_BODY_BYTES", default_value_t = 4 << 20)]
     max_body_bytes: usize,
+    /// Seconds a connection may take to send a request's headers before it is closed.
+    #[arg(long, env = "PACER_HEADER_TIMEOUT", default_value_t = 10)]
+    header_timeout: u64,
+    /// Seconds a request's body may take to arrive after its headers (408 after).
+    #[arg(long, env = "PACER_BODY_TIMEOUT", default_value_t = 30)]
+    body_timeout: u64,
+    /// Most client connections open at once; more are closed as they arrive.
+    #[arg(long, env = "PACER_MAX_CONNECTIONS", default_value_t = 1024)]
+    max_connections: usize,
     /// Log prompt token ids (off: prompts may contain personal data).
     #[arg(long, env = "PACER_LOG_PROMPTS")]
     log_prompts: bool,
@@ -530,6 +539,9 @@ fn serve(args: ServeArgs) -> Result<()> {
         kv_cache_tokens,
         drain_timeout,
         max_body_bytes,
+        header_timeout,
+        body_timeout,
+        max_connections,
         log_prompts,
         context_length,
     } = args;
@@ -555,6 +567,9 @@ fn serve(args: ServeArgs) -> Result<()> {
         kv_cache_tokens,
         drain_timeout: std::time::Duration::from_secs(drain_timeout),
         max_body_bytes,
+        header_timeout: std::time::Duration::from_secs(header_timeout),
+        body_timeout: std::time::Duration::from_secs(body_timeout),
+        max_connections,
         log_prompts,
     };
     // The HTTP side is light; the compute pool does the heavy work on its own threads.

@@ -34,6 +34,8 @@ pub struct Tokenizer {
     add_bos: bool,
     stop_ids: Vec<u32>,
     chat_template: Option<String>,
+    /// The most text bytes one token can stand for (see [`Tokenizer::max_text_bytes`]).
+    max_token_bytes: usize,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -149,7 +151,7 @@ impl Tokenizer {
             .map_err(|e| EngineError::Tokenizer(format!("adding special tokens: {e}")))?;
 
         let table = byte_level_decoding();
-        let token_bytes =
+        let token_bytes: Vec<Vec<u8>> =
             tokens
                 .iter()
                 .zip(&special)
@@ -166,7 +168,12 @@ impl Tokenizer {
         }
         stop_ids.sort_unstable();
         stop_ids.dedup();
+        // A token's vocabulary string is at least as long as the text it matches: byte-level
+        // tokens spell each byte as one or two UTF-8 bytes, special tokens are their own text.
+        let max_token_bytes =
+            tokens.iter().map(String::len).chain(token_bytes.iter().map(Vec::len)).max().unwrap_or(1).max(1);
         Ok(Tokenizer {
+            max_token_bytes,
             inner,
             token_bytes,
             bos: id(c, "tokenizer.ggml.bos_token_id"),
@@ -184,6 +191,13 @@ impl Tokenizer {
                 .cloned(),
             tokens,
         })
+    }
+
+    /// The longest text, in bytes, that can tokenize to at most `tokens` tokens: a longer text
+    /// surely needs more, so it can be refused without tokenizing it (which takes seconds for
+    /// megabytes of text).
+    pub fn max_text_bytes(&self, tokens: usize) -> usize {
+        tokens.saturating_mul(self.max_token_bytes)
     }
 
     /// Token ids of `text`. Special-token text (e.g. `<|im_start|>`) becomes its single id, as

@@ -24,6 +24,9 @@ fn config() -> ServeConfig {
         kv_cache_tokens: 8192,
         drain_timeout: Duration::from_secs(30),
         max_body_bytes: 1 << 20,
+        header_timeout: Duration::from_secs(10),
+        body_timeout: Duration::from_secs(30),
+        max_connections: 64,
         log_prompts: false,
     }
 }
@@ -219,6 +222,103 @@ async fn a_cancelled_stream_frees_its_sequence() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("the cancelled sequence kept running");
+}
+
+/// Slow and hostile clients: a connection that never finishes its headers is closed after
+/// `header_timeout`, a body that never finishes gets a 408 after `body_timeout`, and
+/// connections beyond `max_connections` are closed as they arrive (so 500 half-open
+/// connections cannot hold 500 descriptors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_time_out_and_connections_are_limited() {
+    let url = start(ServeConfig {
+        header_timeout: Duration::from_secs(1),
+        body_timeout: Duration::from_secs(1),
+        max_connections: 3,
+        ..config()
+    })
+    .await;
+    let address = url.trim_start_matches("http://").to_string();
+    // The clients block; they run off the runtime that serves them.
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        use std::net::TcpStream;
+        let connect = || {
+            let s = TcpStream::connect(&address).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s
+        };
+        // Reads until the server closes; returns what it sent and how long that took.
+        let until_closed = |s: &mut TcpStream| {
+            let started = std::time::Instant::now();
+            let mut out = Vec::new();
+            let read = s.read_to_end(&mut out);
+            let text = String::from_utf8_lossy(&out).into_owned();
+            let timed_out = read.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock);
+            assert!(!timed_out, "the server kept the connection open: {text}");
+            (text, started.elapsed())
+        };
+        let mut half_headers = connect();
+        half_headers.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n").unwrap();
+        let mut half_body = connect();
+        half_body
+            .write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"mo")
+            .unwrap();
+        let mut idle = connect();
+        // Three connections are open: the fourth is closed at once, unanswered.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut fourth = connect();
+        let _ = fourth.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n");
+        let (text, took) = until_closed(&mut fourth);
+        assert!(text.is_empty() && took < Duration::from_millis(900), "over the limit: {text:?} after {took:?}");
+
+        let (text, _) = until_closed(&mut half_body);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        assert!(text.contains("\"request_timeout\""), "{text}");
+        let (_, took) = until_closed(&mut half_headers);
+        assert!(took < Duration::from_secs(5), "half-sent headers held the connection {took:?}");
+        let (_, took) = until_closed(&mut idle);
+        assert!(took < Duration::from_secs(5), "an idle connection held {took:?}");
+    })
+    .await
+    .unwrap();
+    // Their descriptors are free again.
+    let r = reqwest::get(format!("{url}/health")).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// Megabytes of prompt are refused by their size before anything tokenizes them, and parsing
+/// and tokenizing run off the HTTP runtime: `/health` keeps answering meanwhile (it froze for
+/// about 9 s behind two such prompts when they were tokenized on the runtime).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_prompt_is_refused_by_size_and_health_keeps_answering() {
+    let url = start(ServeConfig { max_body_bytes: 16 << 20, ..config() }).await;
+    let huge = json!({"model": MODEL, "prompt": "word ".repeat(800_000), "max_tokens": 1});
+    let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "word ".repeat(800_000)}]});
+    let slow = tokio::spawn({
+        let url = url.clone();
+        async move {
+            let (a, b) =
+                tokio::join!(post(&url, "/v1/completions", &huge), post(&url, "/v1/chat/completions", &chat));
+            let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
+            (a, b)
+        }
+    });
+    let client = reqwest::Client::new();
+    let mut slowest = Duration::ZERO;
+    while !slow.is_finished() {
+        let asked = std::time::Instant::now();
+        let r = client.get(format!("{url}/health")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (a, b) = slow.await.unwrap();
+    for (v, param) in [(a, "prompt"), (b, "messages")] {
+        assert_eq!(v["error"]["param"], param, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("4000000 bytes") && message.contains("maximum context length"), "{message}");
+    }
+    assert!(slowest < Duration::from_secs(2), "/health took {slowest:?} while the prompts were checked");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,6 +53,9 @@ impl ApiError {
             StatusCode::PAYLOAD_TOO_LARGE => {
                 ("request_too_large", "The request body is larger than this server accepts.".to_string())
             }
+            StatusCode::REQUEST_TIMEOUT => {
+                ("request_timeout", "The request body did not arrive in time.".to_string())
+            }
             StatusCode::UNSUPPORTED_MEDIA_TYPE => {
                 ("unsupported_media_type", "Send the body as application/json.".to_string())
             }

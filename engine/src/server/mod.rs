@@ -38,6 +38,13 @@ pub struct ServeConfig {
     pub drain_timeout: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Longest wait for a request's headers on a connection (a client that never finishes
+    /// them has its connection closed).
+    pub header_timeout: Duration,
+    /// Longest wait for a request's body once its headers arrived (408 after).
+    pub body_timeout: Duration,
+    /// Most connections open at once; more are closed as they arrive.
+    pub max_connections: usize,
     /// Log prompt token ids (off by default: prompts may hold personal data).
     pub log_prompts: bool,
 }
@@ -55,7 +62,18 @@ pub struct AppState {
     ids: AtomicU64,
     /// Turns true at the drain deadline: responses still open end then.
     closing: tokio::sync::watch::Receiver<bool>,
+    /// Requests being parsed and tokenized off the runtime (see [`PREPARING`]).
+    preparing: tokio::sync::Semaphore,
+    /// See [`ServeConfig::max_body_bytes`].
+    max_body_bytes: usize,
+    /// See [`ServeConfig::body_timeout`].
+    body_timeout: Duration,
 }
+
+/// How many requests are parsed and tokenized at once, on the blocking pool: enough to overlap
+/// a long prompt with short ones, few enough that a burst of long prompts cannot take every
+/// core from the model.
+pub const PREPARING: usize = 2;
 
 impl AppState {
     fn next_id(&self, chat: bool) -> String {
@@ -74,6 +92,10 @@ pub struct Server {
     pub scheduler: SchedulerHandle,
     /// Set at the drain deadline (see [`serve`]).
     closing: Arc<tokio::sync::watch::Sender<bool>>,
+    /// See [`ServeConfig::header_timeout`].
+    header_timeout: Duration,
+    /// See [`ServeConfig::max_connections`].
+    max_connections: usize,
 }
 
 /// The settings to start with: the settings file's, over the command line's, when the file
@@ -124,6 +146,9 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
             .map_or(0, |d| d.as_secs()),
         ids: AtomicU64::new(0),
         closing: closing_rx,
+        preparing: tokio::sync::Semaphore::new(PREPARING),
+        max_body_bytes: config.max_body_bytes,
+        body_timeout: config.body_timeout,
     });
     let router = Router::new()
         .route("/v1/completions", post(routes::completions))
@@ -140,7 +165,13 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         // Errors the HTTP layer makes itself (a body over the limit, a panic) get OpenAI's body.
         .layer(axum::middleware::from_fn(routes::openai_errors))
         .with_state(state);
-    Ok(Server { router, scheduler, closing: Arc::new(closing) })
+    Ok(Server {
+        router,
+        scheduler,
+        closing: Arc::new(closing),
+        header_timeout: config.header_timeout,
+        max_connections: config.max_connections.max(1),
+    })
 }
 
 /// How long connections get, after the drain deadline, to flush the final events of the
@@ -150,9 +181,14 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// Serves on `listener` until `shutdown` resolves, then drains: readiness goes false and new
 /// requests get 503 at once, in-flight requests finish for at most `drain_timeout`. At that
 /// deadline every response still open ends (a stream with an error event and `[DONE]`, a
-/// waiting non-streamed request with a 503), and [`CLOSE_GRACE`] later the function returns
-/// whatever connections are still open, idle or half-sent: the process exits within
-/// `drain_timeout` plus about a second of the signal.
+/// waiting non-streamed request with a 503), connections are asked to close, and
+/// [`CLOSE_GRACE`] later the function returns, dropping whatever connections are still open,
+/// idle or half-sent: the process exits within `drain_timeout` plus about a second of the
+/// signal.
+///
+/// While serving, a connection that does not finish a request's headers within
+/// `header_timeout` is closed, and connections beyond `max_connections` are closed as they
+/// arrive, so slow or hostile clients cannot pile up descriptors.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     server: Server,
@@ -161,7 +197,6 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let scheduler = server.scheduler.clone();
     let closing = server.closing.clone();
-    let (deadline_tx, deadline_rx) = tokio::sync::oneshot::channel::<()>();
     let drained = async move {
         shutdown.await;
         scheduler.start_draining();
@@ -183,22 +218,64 @@ pub async fn serve(
             tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "drained");
         }
         let _ = closing.send(true);
-        let _ = deadline_tx.send(());
     };
-    let serving = axum::serve(listener, server.router).with_graceful_shutdown(drained);
-    tokio::select! {
-        result = serving => result,
-        () = async {
-            if deadline_rx.await.is_ok() {
-                tokio::time::sleep(CLOSE_GRACE).await;
-            } else {
-                std::future::pending::<()>().await;
+    tokio::pin!(drained);
+    let connections = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
+    // Tells every connection to finish its current response and close.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            () = &mut drained => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of descriptors or a connection reset while queued: pause, go on.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
-        } => {
-            tracing::info!("closing the connections still open after the drain");
-            Ok(())
-        }
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = server.max_connections, "connection limit reached; closing a new connection");
+            drop(stream);
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(server.router.clone());
+        let header_timeout = server.header_timeout;
+        let mut stop = stop_rx.clone();
+        tasks.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service).with_upgrades();
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    }
+                }
+                () = async { let _ = stop.wait_for(|s| *s).await; } => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+        // Reap finished connections so the set does not grow with the server's age.
+        while tasks.try_join_next().is_some() {}
     }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    if tokio::time::timeout(CLOSE_GRACE, async { while tasks.join_next().await.is_some() {} }).await.is_err()
+    {
+        tracing::info!(open = tasks.len(), "closing the connections still open after the drain");
+    }
+    tasks.shutdown().await;
+    Ok(())
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -237,6 +314,9 @@ mod tests {
             kv_cache_tokens: 16,
             drain_timeout: Duration::from_secs(1),
             max_body_bytes: 1,
+            header_timeout: Duration::from_secs(1),
+            body_timeout: Duration::from_secs(1),
+            max_connections: 1,
             log_prompts: false,
         }
     }

@@ -433,9 +433,31 @@ impl Common {
 /// OpenAI's default `max_tokens` for legacy completions.
 const COMPLETIONS_DEFAULT_MAX_TOKENS: usize = 16;
 
+/// Refuses text that cannot fit the context before tokenizing it: megabytes of text take
+/// seconds to tokenize and end in a context-length error anyway.
+fn fits_before_tokenizing(model: &LoadedModel, bytes: usize, param: &'static str) -> Result<(), ApiError> {
+    let context = model.model.config.context_length;
+    let cap = model.tokenizer.max_text_bytes(context);
+    if bytes > cap {
+        return Err(ApiError::invalid(
+            format!(
+                "The prompt is {bytes} bytes; no text over {cap} bytes fits this model's maximum context length of {context} tokens."
+            ),
+            Some(param),
+        ));
+    }
+    Ok(())
+}
+
 impl CompletionRequest {
     /// Validates and tokenizes.
     pub fn prepare(&self, model: &LoadedModel, served: &str) -> Result<Prepared, ApiError> {
+        let bytes = match &self.prompt {
+            Prompt::Text(t) => t.len(),
+            Prompt::Texts(v) => v.iter().map(String::len).sum(),
+            Prompt::Tokens(_) => 0,
+        };
+        fits_before_tokenizing(model, bytes, "prompt")?;
         let tokens = match &self.prompt {
             Prompt::Text(t) => model.tokenizer.encode(t)?,
             Prompt::Texts(v) if v.len() == 1 => model.tokenizer.encode(&v[0])?,
@@ -468,6 +490,18 @@ impl ChatRequest {
             .chat_template
             .as_ref()
             .ok_or_else(|| ApiError::invalid("this model has no chat template; use /v1/completions", None))?;
+        let bytes = self
+            .messages
+            .iter()
+            .map(|m| match &m.content {
+                None => 0,
+                Some(Content::Text(t)) => t.len(),
+                Some(Content::Parts(parts)) => {
+                    parts.iter().filter_map(|p| p.text.as_ref()).map(String::len).sum()
+                }
+            })
+            .sum();
+        fits_before_tokenizing(model, bytes, "messages")?;
         let mut messages = Vec::with_capacity(self.messages.len());
         for m in &self.messages {
             let content = match &m.content {

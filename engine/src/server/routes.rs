@@ -7,7 +7,7 @@ use super::error::ApiError;
 use super::openai::{ChatRequest, CompletionRequest, Prepared};
 use crate::generate::FinishReason;
 use crate::scheduler::{Event, Submission};
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -37,6 +37,42 @@ fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     if given == Some(key.as_str()) { Ok(()) } else { Err(ApiError::unauthorized()) }
+}
+
+/// The request body, at most `max_body_bytes` (413 beyond), within `body_timeout` of the
+/// headers (408 after: a client that never finishes its body does not hold a handler).
+async fn read_body(state: &AppState, body: Body, path: &str) -> Result<Bytes, ApiError> {
+    match tokio::time::timeout(state.body_timeout, axum::body::to_bytes(body, state.max_body_bytes)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if format!("{e:#}").contains("length limit") => Err(ApiError::from_status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("The limit is {} bytes.", state.max_body_bytes),
+            "POST",
+            path,
+        )),
+        Ok(Err(e)) => Err(ApiError::invalid(format!("reading the request body failed: {e}"), None)),
+        Err(_) => Err(ApiError::from_status(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("Nothing completed it within {} s of its headers.", state.body_timeout.as_secs_f64()),
+            "POST",
+            path,
+        )),
+    }
+}
+
+/// Runs `prepare` (parsing, the chat template, tokenizing: milliseconds usually, seconds for a
+/// long text) on the blocking pool, at most [`super::PREPARING`] at a time, so the HTTP runtime
+/// keeps answering other streams and the health probes meanwhile.
+async fn off_runtime<F>(state: &Arc<AppState>, prepare: F) -> Result<Prepared, ApiError>
+where
+    F: FnOnce(&AppState) -> Result<Prepared, ApiError> + Send + 'static,
+{
+    let _permit =
+        state.preparing.acquire().await.map_err(|_| ApiError::internal("the server is stopping"))?;
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || prepare(&state))
+        .await
+        .unwrap_or_else(|e| Err(ApiError::internal(format!("preparing the request failed: {e}"))))
 }
 
 /// Any path no route serves: a 404 with OpenAI's error body.
@@ -80,11 +116,18 @@ pub async fn openai_errors(request: axum::extract::Request, next: axum::middlewa
 }
 
 /// `POST /v1/completions`.
-pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let arrived = Instant::now();
-    let prepared = check_auth(&state, &headers)
-        .and_then(|()| CompletionRequest::from_json(&body))
-        .and_then(|r| r.prepare(&state.model, &state.served_name));
+    let body = read_body(&state, body, "/v1/completions").await;
+    let prepared = match check_auth(&state, &headers).and(body) {
+        Ok(body) => {
+            off_runtime(&state, move |s| {
+                CompletionRequest::from_json(&body).and_then(|r| r.prepare(&s.model, &s.served_name))
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    };
     respond(state, prepared, Endpoint::Completions, arrived).await
 }
 
@@ -92,12 +135,19 @@ pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap,
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     let arrived = Instant::now();
-    let prepared = check_auth(&state, &headers)
-        .and_then(|()| ChatRequest::from_json(&body))
-        .and_then(|r| r.prepare(&state.model, &state.served_name));
+    let body = read_body(&state, body, "/v1/chat/completions").await;
+    let prepared = match check_auth(&state, &headers).and(body) {
+        Ok(body) => {
+            off_runtime(&state, move |s| {
+                ChatRequest::from_json(&body).and_then(|r| r.prepare(&s.model, &s.served_name))
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    };
     respond(state, prepared, Endpoint::Chat, arrived).await
 }
 
