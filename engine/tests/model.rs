@@ -38,8 +38,14 @@ fn prompts(m: &LoadedModel) -> Vec<Vec<u32>> {
     .collect()
 }
 
-/// Batched rows go through the same kernels as a single row; only f32 GEMM blocking (taken for
-/// 8 or more rows) reorders sums, so logits agree to well under 1e-3.
+/// How far a sequence's logits may move when it shares a step with others or is chunked: not
+/// at all at the quantized tiers (the README promises bit-for-bit), and within 1e-3 at `f32`,
+/// whose GEMM (taken for blocks of rows) sums in another order than a single row's dot products.
+fn tolerance(tier: Tier) -> f32 {
+    if tier == Tier::F32 { 1e-3 } else { 0.0 }
+}
+
+/// Batched rows go through the same kernels as a single row (see [`tolerance`]).
 fn check_batched_equals_alone(tier: Tier) {
     let m = common::loaded(tier);
     let ps = prompts(&m);
@@ -51,7 +57,7 @@ fn check_batched_equals_alone(tier: Tier) {
     let batched = m.model.forward(&mut kv, &mut steps).unwrap();
     for (i, (b, s)) in batched.iter().zip(&single).enumerate() {
         let d = max_abs_diff(b.as_ref().unwrap(), s);
-        assert!(d < 1e-3, "{tier} prompt {i}: batched differs from alone by {d}");
+        assert!(d <= tolerance(tier), "{tier} prompt {i}: batched differs from alone by {d}");
     }
 }
 
@@ -86,8 +92,9 @@ fn mixed_prefill_and_decode_in_one_step_equals_each_alone() {
             ],
         )
         .unwrap();
-    assert!(max_abs_diff(out[0].as_ref().unwrap(), &alone(&m, a)) < 1e-3);
-    assert!(max_abs_diff(out[1].as_ref().unwrap(), &alone(&m, b)) < 1e-3);
+    // Bit for bit: the quantized tier promises it.
+    assert_eq!(max_abs_diff(out[0].as_ref().unwrap(), &alone(&m, a)), 0.0);
+    assert_eq!(max_abs_diff(out[1].as_ref().unwrap(), &alone(&m, b)), 0.0);
     assert_eq!((ca.len(), cb.len()), (a.len(), b.len()));
 }
 
@@ -111,7 +118,7 @@ fn chunked_prefill_equals_one_shot() {
                 .remove(0);
         }
         let d = max_abs_diff(&last.unwrap(), &whole);
-        assert!(d < 1e-3, "{tier}: chunked differs from one-shot by {d}");
+        assert!(d <= tolerance(tier), "{tier}: chunked differs from one-shot by {d}");
     }
 }
 

@@ -68,6 +68,8 @@ pub struct AppState {
     max_body_bytes: usize,
     /// See [`ServeConfig::body_timeout`].
     body_timeout: Duration,
+    /// The KV cache's capacity in tokens (`kv_cache_tokens` rounded up to whole blocks).
+    kv_tokens: usize,
 }
 
 /// How many requests are parsed and tokenized at once, on the blocking pool: enough to overlap
@@ -149,6 +151,8 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         preparing: tokio::sync::Semaphore::new(PREPARING),
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,
+        kv_tokens: config.kv_cache_tokens.div_ceil(crate::model::BLOCK_TOKENS).max(1)
+            * crate::model::BLOCK_TOKENS,
     });
     let router = Router::new()
         .route("/v1/completions", post(routes::completions))

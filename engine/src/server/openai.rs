@@ -376,9 +376,9 @@ impl Common {
         served: &str,
         prompt: Vec<u32>,
         prompt_param: &'static str,
-        max_tokens: Option<usize>,
-        default_max: usize,
+        budget: Budget,
     ) -> Result<Prepared, ApiError> {
+        let Budget { max_tokens, default_max, kv_tokens } = budget;
         if self.model != served {
             return Err(ApiError::model_not_found(&self.model, served));
         }
@@ -399,13 +399,35 @@ impl Common {
                 Some(prompt_param),
             ));
         }
+        // The scheduler reserves KV blocks for the prompt plus `max_tokens` when it admits a
+        // request: one that cannot fit the whole cache would fail after its 200 went out.
+        if prompt.len() >= kv_tokens {
+            return Err(ApiError::invalid(
+                format!(
+                    "The prompt has {} tokens, but this engine's KV cache holds {kv_tokens} (--kv-cache-tokens).",
+                    prompt.len()
+                ),
+                Some(prompt_param),
+            ));
+        }
+        let kv_room = kv_tokens - prompt.len();
         let room = context - prompt.len();
-        let max_tokens = max_tokens.unwrap_or(default_max.min(room));
+        let max_tokens = max_tokens.unwrap_or(default_max.min(room).min(kv_room));
         if max_tokens == 0 || max_tokens > room {
             return Err(ApiError::invalid(
                 format!(
                     "max_tokens must be between 1 and {room} (context {context} minus {} prompt tokens), got {max_tokens}",
                     prompt.len()
+                ),
+                Some("max_tokens"),
+            ));
+        }
+        if max_tokens > kv_room {
+            return Err(ApiError::invalid(
+                format!(
+                    "{} prompt tokens plus max_tokens {max_tokens} need {} KV-cache tokens, but this engine holds {kv_tokens} (--kv-cache-tokens); ask for at most {kv_room}",
+                    prompt.len(),
+                    prompt.len() + max_tokens
                 ),
                 Some("max_tokens"),
             ));
@@ -430,6 +452,15 @@ impl Common {
     }
 }
 
+/// How many tokens a request may generate: what it asked for, the endpoint's default when it
+/// did not ask, and the KV cache's capacity in tokens.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    max_tokens: Option<usize>,
+    default_max: usize,
+    kv_tokens: usize,
+}
+
 /// OpenAI's default `max_tokens` for legacy completions.
 const COMPLETIONS_DEFAULT_MAX_TOKENS: usize = 16;
 
@@ -451,7 +482,7 @@ fn fits_before_tokenizing(model: &LoadedModel, bytes: usize, param: &'static str
 
 impl CompletionRequest {
     /// Validates and tokenizes.
-    pub fn prepare(&self, model: &LoadedModel, served: &str) -> Result<Prepared, ApiError> {
+    pub fn prepare(&self, model: &LoadedModel, served: &str, kv_tokens: usize) -> Result<Prepared, ApiError> {
         let bytes = match &self.prompt {
             Prompt::Text(t) => t.len(),
             Prompt::Texts(v) => v.iter().map(String::len).sum(),
@@ -474,15 +505,18 @@ impl CompletionRequest {
             served,
             tokens,
             "prompt",
-            self.common.max_tokens,
-            COMPLETIONS_DEFAULT_MAX_TOKENS,
+            Budget {
+                max_tokens: self.common.max_tokens,
+                default_max: COMPLETIONS_DEFAULT_MAX_TOKENS,
+                kv_tokens,
+            },
         )
     }
 }
 
 impl ChatRequest {
     /// Validates, applies the chat template and tokenizes.
-    pub fn prepare(&self, model: &LoadedModel, served: &str) -> Result<Prepared, ApiError> {
+    pub fn prepare(&self, model: &LoadedModel, served: &str, kv_tokens: usize) -> Result<Prepared, ApiError> {
         if self.messages.is_empty() {
             return Err(ApiError::invalid("`messages` must not be empty", Some("messages")));
         }
@@ -528,6 +562,12 @@ impl ChatRequest {
         let text = template.render(&messages, true)?;
         let tokens = model.tokenizer.encode(&text)?;
         let max = self.max_completion_tokens.or(self.common.max_tokens);
-        self.common.prepare(model, served, tokens, "messages", max, usize::MAX)
+        self.common.prepare(
+            model,
+            served,
+            tokens,
+            "messages",
+            Budget { max_tokens: max, default_max: usize::MAX, kv_tokens },
+        )
     }
 }

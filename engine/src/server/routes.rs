@@ -122,7 +122,8 @@ pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap,
     let prepared = match check_auth(&state, &headers).and(body) {
         Ok(body) => {
             off_runtime(&state, move |s| {
-                CompletionRequest::from_json(&body).and_then(|r| r.prepare(&s.model, &s.served_name))
+                CompletionRequest::from_json(&body)
+                    .and_then(|r| r.prepare(&s.model, &s.served_name, s.kv_tokens))
             })
             .await
         }
@@ -142,7 +143,7 @@ pub async fn chat_completions(
     let prepared = match check_auth(&state, &headers).and(body) {
         Ok(body) => {
             off_runtime(&state, move |s| {
-                ChatRequest::from_json(&body).and_then(|r| r.prepare(&s.model, &s.served_name))
+                ChatRequest::from_json(&body).and_then(|r| r.prepare(&s.model, &s.served_name, s.kv_tokens))
             })
             .await
         }
