@@ -596,7 +596,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
         )
         .collect();
     let log = std::fs::File::create(cluster.dir().join("chart-operator.log")).expect("log");
-    let _operator = Killed(
+    let operator = Killed(
         Command::new(OPERATOR)
             .args(&args)
             .env("KUBECONFIG", &sa_kubeconfig)
@@ -608,19 +608,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
             .spawn()
             .expect("pacer-operator"),
     );
-    let sample = json!({
-        "apiVersion": "serving.pacer.dev/v1alpha1", "kind": "InferenceService",
-        "metadata": {"name": "smol", "namespace": "team-a"},
-        "spec": {
-            "model": {"source": {"url": {
-                "url": "https://models.example.com/smol.gguf",
-                "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            }}},
-            "sla": {"ttftMs": 400, "itlMs": 60},
-            "replicas": {"min": 1, "max": 2},
-        },
-    });
-    apply_json(&admin, Some("team-a"), sample).await;
+    apply_json(&admin, Some("team-a"), sample_doc()).await;
     let engines: Api<Deployment> = Api::namespaced(admin.clone(), "team-a");
     let log_path = cluster.dir().join("chart-operator.log");
     let reconciled = tokio::time::timeout(std::time::Duration::from_secs(60), async {
@@ -671,4 +659,95 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
     assert!(crd.metadata.deletion_timestamp.is_none(), "the CRD is being deleted");
     let isvcs: Api<pacer_crds::InferenceService> = Api::namespaced(admin.clone(), "team-a");
     assert!(isvcs.get_opt("smol").await.expect("get").is_some(), "the InferenceService is gone");
+    drop(operator);
+
+    // Namespaced mode, as a second release would run next to a cluster-wide CRD: Roles in the
+    // watched namespaces only, and the operator, as that release's ServiceAccount, reconciles
+    // in them with nothing cluster-scoped granted.
+    let values = chart_dir_file("ci/namespaced-values.yaml");
+    let install = helm(&[
+        "install",
+        "pacer-ns",
+        chart,
+        "-n",
+        "pacer-ci-team",
+        "--kubeconfig",
+        kubeconfig,
+        "-f",
+        &values,
+    ]);
+    assert!(install.status.success(), "helm install (namespaced):\n{}", text(&install));
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), "pacer-ci-team")
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .next()
+        .expect("the namespaced operator Deployment");
+    let pod = deployment.spec.as_ref().and_then(|s| s.template.spec.clone()).expect("pod spec");
+    let account = pod.service_account_name.clone().expect("a ServiceAccount");
+    let token: Value = Api::<ServiceAccount>::namespaced(admin.clone(), "pacer-ci-team")
+        .create_subresource("token", &account, &PostParams::default(), &request)
+        .await
+        .expect("a token for the namespaced ServiceAccount");
+    let ns_kubeconfig = cluster.dir().join("chart-ns-sa.kubeconfig");
+    token_kubeconfig(&cluster, token["status"]["token"].as_str().expect("token"), &ns_kubeconfig);
+    let rendered = serde_json::to_value(&deployment).expect("json");
+    let args: Vec<String> = args_of(&rendered["spec"]["template"]["spec"]["containers"][0])
+        .into_iter()
+        .map(|a| if a.starts_with("--metrics-addr=") { "--metrics-addr=127.0.0.1:0".to_string() } else { a })
+        .collect();
+    assert!(args.contains(&"--namespaces=pacer-ci-team,team-a".to_string()), "{args:?}");
+    let ns_log_path = cluster.dir().join("chart-ns-operator.log");
+    let ns_log = std::fs::File::create(&ns_log_path).expect("log");
+    let _namespaced = Killed(
+        Command::new(OPERATOR)
+            .args(&args)
+            .env("KUBECONFIG", &ns_kubeconfig)
+            .env("POD_NAMESPACE", "pacer-ci-team")
+            .env("POD_NAME", "pacer-operator-ns-test")
+            .env("RUST_LOG", "info")
+            .stdout(ns_log.try_clone().expect("log"))
+            .stderr(ns_log)
+            .spawn()
+            .expect("pacer-operator"),
+    );
+    let mut sample = sample_doc();
+    sample["metadata"]["namespace"] = json!("pacer-ci-team");
+    apply_json(&admin, Some("pacer-ci-team"), sample).await;
+    let engines: Api<Deployment> = Api::namespaced(admin.clone(), "pacer-ci-team");
+    let reconciled = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while engines.get_opt("smol").await.ok().flatten().is_none() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        reconciled.is_ok(),
+        "the namespaced operator (Roles only) did not create the engine Deployment:\n{}",
+        std::fs::read_to_string(&ns_log_path).unwrap_or_default()
+    );
+    let log = std::fs::read_to_string(&ns_log_path).unwrap_or_default();
+    assert!(!log.contains("forbidden"), "the namespaced operator hit RBAC denials:\n{log}");
+}
+
+/// The sample InferenceService of the install test (a URL source: needs no PVC or image).
+fn sample_doc() -> Value {
+    json!({
+        "apiVersion": "serving.pacer.dev/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": "smol", "namespace": "team-a"},
+        "spec": {
+            "model": {"source": {"url": {
+                "url": "https://models.example.com/smol.gguf",
+                "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            }}},
+            "sla": {"ttftMs": 400, "itlMs": 60},
+            "replicas": {"min": 1, "max": 2},
+        },
+    })
+}
+
+fn chart_dir_file(rel: &str) -> String {
+    chart().join(rel).to_str().expect("path").to_string()
 }
