@@ -162,7 +162,14 @@ async fn respond(
         Ok(p) => p,
         Err(e) => {
             state.metrics.rejected(e.reason());
-            return e.into_response();
+            // A body left unread (over the limit, or never finished) leaves the connection
+            // unusable: say so, or a client reuses it and its next request fails.
+            let unread = matches!(e.status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT);
+            let mut response = e.into_response();
+            if unread {
+                response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            }
+            return response;
         }
     };
     let id = state.next_id(endpoint == Endpoint::Chat);
