@@ -477,6 +477,24 @@ fn token_kubeconfig(cluster: &Cluster, token: &str, path: &Path) {
     std::fs::write(path, text).expect("kubeconfig");
 }
 
+/// The operator binary with `args`, as the identity of `kubeconfig`, as if in a pod of
+/// `namespace`, logging to `log`.
+fn run_operator(args: &[String], kubeconfig: &Path, namespace: &str, log: &Path) -> Killed {
+    let log = std::fs::File::create(log).expect("log");
+    Killed(
+        Command::new(OPERATOR)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAMESPACE", namespace)
+            .env("POD_NAME", "pacer-operator-test")
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("pacer-operator"),
+    )
+}
+
 /// Kills the child on drop, so a failed assertion leaves no operator behind.
 struct Killed(std::process::Child);
 
@@ -595,19 +613,8 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
             |a| if a.starts_with("--metrics-addr=") { format!("--metrics-addr=127.0.0.1:{port}") } else { a },
         )
         .collect();
-    let log = std::fs::File::create(cluster.dir().join("chart-operator.log")).expect("log");
-    let operator = Killed(
-        Command::new(OPERATOR)
-            .args(&args)
-            .env("KUBECONFIG", &sa_kubeconfig)
-            .env("POD_NAMESPACE", "pacer-system")
-            .env("POD_NAME", "pacer-operator-test")
-            .env("RUST_LOG", "info")
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("pacer-operator"),
-    );
+    let operator =
+        run_operator(&args, &sa_kubeconfig, "pacer-system", &cluster.dir().join("chart-operator.log"));
     apply_json(&admin, Some("team-a"), sample_doc()).await;
     let engines: Api<Deployment> = Api::namespaced(admin.clone(), "team-a");
     let log_path = cluster.dir().join("chart-operator.log");
@@ -700,19 +707,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
         .collect();
     assert!(args.contains(&"--namespaces=pacer-ci-team,team-a".to_string()), "{args:?}");
     let ns_log_path = cluster.dir().join("chart-ns-operator.log");
-    let ns_log = std::fs::File::create(&ns_log_path).expect("log");
-    let _namespaced = Killed(
-        Command::new(OPERATOR)
-            .args(&args)
-            .env("KUBECONFIG", &ns_kubeconfig)
-            .env("POD_NAMESPACE", "pacer-ci-team")
-            .env("POD_NAME", "pacer-operator-ns-test")
-            .env("RUST_LOG", "info")
-            .stdout(ns_log.try_clone().expect("log"))
-            .stderr(ns_log)
-            .spawn()
-            .expect("pacer-operator"),
-    );
+    let _namespaced = run_operator(&args, &ns_kubeconfig, "pacer-ci-team", &ns_log_path);
     let mut sample = sample_doc();
     sample["metadata"]["namespace"] = json!("pacer-ci-team");
     apply_json(&admin, Some("pacer-ci-team"), sample).await;

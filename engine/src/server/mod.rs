@@ -12,7 +12,6 @@ use crate::LoadedModel;
 use crate::metrics::EngineMetrics;
 use crate::scheduler::{self, BatchSettings, SchedulerHandle};
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -163,7 +162,6 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         .route("/metrics", get(routes::metrics))
         .fallback(routes::no_route)
         .method_not_allowed_fallback(routes::wrong_method)
-        .layer(DefaultBodyLimit::max(config.max_body_bytes))
         // A panic in a handler becomes a 500 for that request, not a dead server.
         .layer(tower_http::catch_panic::CatchPanicLayer::new())
         // Errors the HTTP layer makes itself (a body over the limit, a panic) get OpenAI's body.

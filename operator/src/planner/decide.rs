@@ -19,7 +19,7 @@
 //! Guards: no scale-up while the last one is still starting, nor until the window reflects
 //! it; a cooldown after a tier rollout; min/max bounds; Advisory mode only recommends.
 
-use super::capacity::{CapacityModel, Workload};
+use super::capacity::{CapacityModel, Prediction, Workload};
 use super::levers::{Direction, Lever, Levers};
 use super::observation::{Freshness, Observation, Quantile, Seconds};
 use super::spec::PlannerSpec;
@@ -177,9 +177,9 @@ impl Tick<'_> {
             .unwrap_or_default()
     }
 
-    /// Whether `levers` are predicted to meet every target scaled by `margin`, with the learned
-    /// corrections; `None` when the model cannot say (no profile or no load figures).
-    fn meets(&self, history: &History, levers: &Levers, margin: f64) -> Option<bool> {
+    /// The model's prediction for `levers` under the observed load, with the learned correction
+    /// of that tier and batch; `None` when the model cannot say (no profile or no load figures).
+    fn predicted(&self, history: &History, levers: &Levers) -> Option<(Prediction, Correction)> {
         let load = self.workload()?;
         let p = self.model.predict(
             levers.tier,
@@ -188,28 +188,24 @@ impl Tick<'_> {
             &load,
             self.spec.quantile(),
         )?;
-        if !p.stable() {
-            return Some(false);
-        }
-        let c = self.correction(history, levers);
+        Some((p, self.correction(history, levers)))
+    }
+
+    /// Whether `levers` are predicted to meet every target scaled by `margin`, with the learned
+    /// corrections; `None` when the model cannot say.
+    fn meets(&self, history: &History, levers: &Levers, margin: f64) -> Option<bool> {
+        let (p, c) = self.predicted(history, levers)?;
         Some(
-            c.ttft * p.ttft <= margin * self.spec.ttft_target
+            p.stable()
+                && c.ttft * p.ttft <= margin * self.spec.ttft_target
                 && c.itl * p.itl <= margin * self.spec.itl_target,
         )
     }
 
     /// Whether `levers` keep up with the load with TTFT within its target at the plan margin
-    /// (ITL aside); `None` without a model or a load.
+    /// (ITL aside); `None` when the model cannot say.
     fn carries(&self, history: &History, levers: &Levers) -> Option<bool> {
-        let load = self.workload()?;
-        let p = self.model.predict(
-            levers.tier,
-            levers.max_batch_size,
-            levers.replicas,
-            &load,
-            self.spec.quantile(),
-        )?;
-        let c = self.correction(history, levers);
+        let (p, c) = self.predicted(history, levers)?;
         Some(p.stable() && c.ttft * p.ttft <= PLAN_MARGIN * self.spec.ttft_target)
     }
 
