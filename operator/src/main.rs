@@ -51,6 +51,28 @@ enum Command {
     Local(LocalArgs),
     /// Simulate a service under a scaling policy on a virtual clock (no cluster, no engines).
     Simulate(SimulateArgs),
+    /// Replay a measured `pacer-bench run --requests-jsonl` through one simulated replica of the
+    /// same tier and compare P50/P95 TTFT and ITL: how far the simulator is from the engine.
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args, Debug)]
+struct CalibrateArgs {
+    /// Engine profile of the tier and thread count the measured engine ran.
+    #[arg(long, env = "PACER_SIM_PROFILE")]
+    profile: PathBuf,
+    /// The run's per-request file (`pacer-bench run --requests-jsonl`), once per run.
+    #[arg(long, required = true)]
+    requests: Vec<PathBuf>,
+    /// `--max-batch-size` the engine ran with.
+    #[arg(long, default_value_t = 16)]
+    max_batch_size: u32,
+    /// `--batch-wait-ms` the engine ran with.
+    #[arg(long, default_value_t = 0.0)]
+    batch_wait_ms: f64,
+    /// Write the comparisons as JSON here as well.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -180,6 +202,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Command::Simulate(args) => simulate(args),
+        Command::Calibrate(args) => calibrate(args),
         Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -373,6 +396,54 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     };
     for file in compare::run(&options)? {
         println!("{}", file.display());
+    }
+    Ok(())
+}
+
+fn calibrate(args: CalibrateArgs) -> Result<()> {
+    use pacer_operator::simulate::{engine::Settings, fidelity};
+    let profile = EngineProfile::read(&args.profile)?;
+    let settings = Settings { max_batch_size: args.max_batch_size, batch_wait: args.batch_wait_ms / 1e3 };
+    println!(
+        "| run | tier | rate (req/s) | requests | latency | P50 measured | P50 simulated | error | P95 measured | P95 simulated | error |"
+    );
+    println!("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
+    let mut all = Vec::new();
+    for path in &args.requests {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let records: Vec<pacer_bench::metrics::RequestRecord> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(serde_json::from_str)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("{}: not a `pacer-bench run --requests-jsonl` file", path.display()))?;
+        let f = fidelity::replay(profile.step, &records, settings)
+            .with_context(|| format!("{}: no request succeeded", path.display()))?;
+        let name = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+        for row in &f.rows {
+            let (e50, e95) = row.errors();
+            let ms = |s: f64| format!("{:.1} ms", s * 1e3);
+            println!(
+                "| {name} | {} | {:.2} | {} | {} | {} | {} | {:+.0} % | {} | {} | {:+.0} % |",
+                profile.tier,
+                f.rate,
+                f.requests,
+                row.latency.to_uppercase(),
+                ms(row.measured_p50),
+                ms(row.simulated_p50),
+                e50 * 100.0,
+                ms(row.measured_p95),
+                ms(row.simulated_p95),
+                e95 * 100.0
+            );
+        }
+        all.push(
+            serde_json::json!({"run": name, "tier": profile.tier, "threads": profile.threads, "fidelity": f}),
+        );
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&all)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -10,12 +10,14 @@
 //! - [`trace`]: step, ramp, diurnal, bursty and replayed traces.
 //! - [`policy`]: the policy trait and the baselines; [`pacer`]: Pacer's planner.
 //! - [`calibrate`]: capacity at the SLA from the profile (the bound, Dynamo's profile).
+//! - [`fidelity`]: a measured run replayed through one simulated replica, side by side.
 //! - [`score`]: windows, attainment, replica-seconds, changes, recovery.
 //! - [`plot`]: the timeline picture; [`compare`]: every policy on every trace.
 
 pub mod calibrate;
 pub mod compare;
 pub mod engine;
+pub mod fidelity;
 pub mod fleet;
 pub mod pacer;
 pub mod plot;
