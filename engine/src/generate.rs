@@ -64,6 +64,9 @@ pub struct Sequence {
     prompt: Vec<u32>,
     prefilled: usize,
     generated: Vec<u32>,
+    /// After a preemption: the prompt and all but the last generated token, prefilled again
+    /// to rebuild the freed KV cache (empty otherwise).
+    recompute: Vec<u32>,
     max_tokens: usize,
     context_length: usize,
     ignore_eos: bool,
@@ -87,6 +90,7 @@ impl Sequence {
             cache: SeqCache::new(),
             prefilled: 0,
             generated: Vec::new(),
+            recompute: Vec::new(),
             max_tokens: req.max_tokens,
             context_length,
             ignore_eos: req.ignore_eos,
@@ -110,27 +114,51 @@ impl Sequence {
     pub fn finish(&self) -> Option<FinishReason> {
         self.finish
     }
-    /// Whether prompt tokens remain to be prefilled.
+    /// The tokens prefill feeds: the prompt, or after a preemption the recompute sequence.
+    fn prefill_source(&self) -> &[u32] {
+        if self.recompute.is_empty() { &self.prompt } else { &self.recompute }
+    }
+    /// Whether prompt (or recompute) tokens remain to be prefilled.
     pub fn in_prefill(&self) -> bool {
-        self.prefilled < self.prompt.len()
+        self.prefilled < self.prefill_source().len()
     }
     /// Most tokens this sequence can ever hold in the KV cache: prompt + `max_tokens`, capped
-    /// at the context length (the scheduler reserves this much at admission).
+    /// at the context length.
     pub fn kv_budget(&self) -> usize {
         (self.prompt.len() + self.max_tokens).min(self.context_length)
     }
+    /// Tokens the KV cache must hold for this sequence to be admitted: everything prefill will
+    /// feed plus the first token after it.
+    pub fn admission_tokens(&self) -> usize {
+        self.prefill_source().len() + 1
+    }
 
-    /// Prompt tokens not yet in the cache.
+    /// Prompt (or recompute) tokens not yet in the cache.
     pub fn remaining_prefill(&self) -> usize {
-        self.prompt.len() - self.prefilled
+        self.prefill_source().len() - self.prefilled
+    }
+
+    /// Forgets the KV cache (already released to the pool) so the sequence can be admitted
+    /// again later: it will prefill its prompt and the tokens it generated but the last, then
+    /// go on decoding from that last token. Nothing already streamed is produced twice, and
+    /// greedy output is the same as without the preemption.
+    pub fn preempt(&mut self) {
+        debug_assert!(self.cache.is_empty(), "release the cache before preempting");
+        self.prefilled = 0;
+        self.recompute = match self.generated.split_last() {
+            Some((_, earlier)) => [self.prompt.as_slice(), earlier].concat(),
+            None => Vec::new(),
+        };
     }
 
     /// The tokens to feed next, at most `budget` of them (≥ 1), and whether the step must
-    /// return logits for this sequence (only after the prompt's last token, or when decoding).
+    /// return logits for this sequence (only after the prompt's last token, or when decoding;
+    /// not after a recompute, whose next token is known).
     pub fn next_input(&self, budget: usize) -> (&[u32], bool) {
         if self.in_prefill() {
-            let end = (self.prefilled + budget.max(1)).min(self.prompt.len());
-            (&self.prompt[self.prefilled..end], end == self.prompt.len())
+            let source = self.prefill_source();
+            let end = (self.prefilled + budget.max(1)).min(source.len());
+            (&source[self.prefilled..end], end == source.len() && self.recompute.is_empty())
         } else {
             let last = self.generated.len() - 1;
             (&self.generated[last..], true)

@@ -62,6 +62,8 @@ pub struct EngineMetrics {
     pub prompt_tokens: IntCounter,
     /// Tokens generated.
     pub generation_tokens: IntCounter,
+    /// `vllm:num_preemptions_total`: sequences preempted because the KV pool ran out.
+    pub preemptions: IntCounter,
     success: IntCounterVec,
     /// Rows per scheduler step.
     pub batch_size: Histogram,
@@ -209,6 +211,12 @@ impl EngineMetrics {
             ),
             prompt_tokens: counter(&r, "vllm:prompt_tokens_total", "Prompt tokens processed.", m),
             generation_tokens: counter(&r, "vllm:generation_tokens_total", "Tokens generated.", m),
+            preemptions: counter(
+                &r,
+                "vllm:num_preemptions_total",
+                "Sequences preempted (KV cache freed, to be recomputed) because the KV pool ran out.",
+                m,
+            ),
             batch_size: histogram(
                 &r,
                 "pacer_engine_batch_size",

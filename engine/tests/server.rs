@@ -166,6 +166,54 @@ async fn eight_concurrent_greedy_streams_equal_the_same_requests_one_at_a_time()
     assert!(metric(&url, "pacer_engine_batch_size_count").await > 0.0);
 }
 
+/// KV blocks are taken as sequences grow, and a pool that runs out preempts the newest
+/// sequence for recompute instead of failing anyone: five chats that together need far more
+/// than a 256-token cache run side by side, each gives exactly its greedy answer alone, and the
+/// preemptions are counted. (When the whole budget was reserved at admission, they ran one at a
+/// time: as many steps as tokens.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chats_larger_than_the_kv_cache_together_run_side_by_side_by_preemption() {
+    let url = start(ServeConfig { kv_cache_tokens: 256, ..config() }).await;
+    let body = |i: usize| {
+        let mut b = chat(&format!("Give me fact number {i} about the ocean."), 64);
+        b["ignore_eos"] = json!(true);
+        b
+    };
+    let text_of = |v: &Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let mut alone = Vec::new();
+    for i in 0..5 {
+        let v: Value = post(&url, "/v1/chat/completions", &body(i)).await.json().await.unwrap();
+        alone.push(text_of(&v));
+    }
+    let steps_before = metric(&url, "pacer_engine_batch_size_count").await;
+    let together = futures::future::join_all((0..5).map(|i| {
+        let url = url.clone();
+        let b = body(i);
+        async move { post(&url, "/v1/chat/completions", &b).await.json::<Value>().await.unwrap() }
+    }))
+    .await;
+    let mut tokens = 0;
+    for v in &together {
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+        let (prompt, completion) = (
+            v["usage"]["prompt_tokens"].as_u64().unwrap(),
+            v["usage"]["completion_tokens"].as_u64().unwrap(),
+        );
+        assert_eq!(completion, 64, "{v}");
+        assert!(prompt + completion > 256 / 5, "each chat needs more than a fifth of the cache: {v}");
+        tokens += completion;
+    }
+    let together: Vec<String> = together.iter().map(text_of).collect();
+    assert_eq!(alone, together, "preemption and recompute change no greedy output");
+    assert!(
+        metric(&url, "vllm:num_preemptions_total").await > 0.0,
+        "the pool ran out, so someone was preempted"
+    );
+    let steps = metric(&url, "pacer_engine_batch_size_count").await - steps_before;
+    assert!(steps < tokens as f64, "{steps} steps for {tokens} tokens: the chats never shared a step");
+    assert_eq!(metric(&url, "vllm:kv_cache_usage_perc").await, 0.0, "every block came back");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_429_with_retry_after() {
     let settings = BatchSettings { max_batch_size: 1, ..BatchSettings::default() };

@@ -1,6 +1,9 @@
-//! The scheduler thread's loop: take commands, admit, build a step within the token budget,
-//! run it, stream the results, retire finished or abandoned sequences, publish metrics.
+//! The scheduler thread's loop: take commands, admit, build a step within the token budget
+//! (preempting when the KV pool runs out), run it, stream the results, retire finished or
+//! abandoned sequences, publish metrics. What to admit, feed and preempt is decided by the
+//! model-free functions of [`super::plan`]; this file carries the decisions out.
 
+use super::plan::{self, SeqView};
 use super::{BatchSettings, Command, Event, SharedState, Submission};
 use crate::LoadedModel;
 use crate::generate::{FinishReason, Sequence};
@@ -29,6 +32,8 @@ struct Loop<'a> {
     metrics: EngineMetrics,
     shared: &'a SharedState,
     waiting: VecDeque<Box<Submission>>,
+    /// Preempted sequences, oldest first: readmitted before anything new.
+    preempted: VecDeque<Active>,
     running: Vec<Active>,
 }
 
@@ -41,7 +46,16 @@ pub(super) fn run(
     shared: &SharedState,
 ) {
     let kv = model.model.new_kv_cache(kv_cache_tokens);
-    let mut lp = Loop { model, settings, kv, metrics, shared, waiting: VecDeque::new(), running: Vec::new() };
+    let mut lp = Loop {
+        model,
+        settings,
+        kv,
+        metrics,
+        shared,
+        waiting: VecDeque::new(),
+        preempted: VecDeque::new(),
+        running: Vec::new(),
+    };
     lp.metrics.set_info(lp.model.model.tier.as_str(), settings.max_batch_size, settings.batch_wait_ms);
     lp.warm_up();
     shared.ready.store(true, Ordering::Release);
@@ -73,7 +87,7 @@ impl Loop<'_> {
 
     /// Takes every pending command; blocks while idle. Returns false when all senders are gone.
     fn receive(&mut self, rx: &Receiver<Command>) -> bool {
-        let idle = self.running.is_empty() && self.waiting.is_empty();
+        let idle = self.running.is_empty() && self.waiting.is_empty() && self.preempted.is_empty();
         if idle {
             match rx.recv() {
                 Ok(cmd) => self.apply(cmd),
@@ -81,7 +95,11 @@ impl Loop<'_> {
             }
         }
         // An idle engine may wait a little to start with a fuller batch.
-        if self.running.is_empty() && !self.waiting.is_empty() && self.settings.batch_wait_ms > 0 {
+        if self.running.is_empty()
+            && self.preempted.is_empty()
+            && !self.waiting.is_empty()
+            && self.settings.batch_wait_ms > 0
+        {
             let deadline = self.waiting[0].arrived + Duration::from_millis(self.settings.batch_wait_ms);
             while self.waiting.len() < self.settings.max_batch_size {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -100,7 +118,9 @@ impl Loop<'_> {
                 Ok(cmd) => self.apply(cmd),
                 Err(TryRecvError::Empty) => return true,
                 Err(TryRecvError::Disconnected) => {
-                    return !(self.running.is_empty() && self.waiting.is_empty());
+                    return !(self.running.is_empty()
+                        && self.waiting.is_empty()
+                        && self.preempted.is_empty());
                 }
             }
         }
@@ -131,38 +151,63 @@ impl Loop<'_> {
             self.kv.release(&mut a.seq.cache);
             self.metrics.finished("abort");
         }
+        let before = self.preempted.len();
+        self.preempted.retain(|a| !a.sub.events.is_closed());
+        (0..before - self.preempted.len()).for_each(|_| self.metrics.finished("abort"));
     }
 
-    /// Moves waiting requests into the batch in arrival order while there is room for them:
-    /// a batch slot, and KV blocks for the request's whole budget (reserved now, so a running
-    /// sequence never runs out of cache mid-generation).
+    /// Moves requests into the batch while a batch slot and KV blocks for their prompt are
+    /// free: preempted sequences first (oldest first), then waiting requests in arrival order.
+    /// Blocks for the generated tokens are taken as they come ([`plan::plan_step`]).
     fn admit(&mut self) {
+        let free = self.kv.free_tokens() / crate::model::BLOCK_TOKENS;
+        let back = plan::admissible(
+            self.preempted.iter().map(|a| a.seq.admission_tokens()),
+            self.running.len(),
+            self.settings.max_batch_size,
+            free,
+        );
+        for mut a in self.preempted.drain(..back) {
+            let tokens = a.seq.admission_tokens();
+            if let Err(e) = self.kv.reserve(&mut a.seq.cache, tokens) {
+                unreachable!("admissible() counted the free blocks: {e}");
+            }
+            self.running.push(a);
+        }
+        if !self.preempted.is_empty() {
+            // The oldest preempted sequence goes first; nothing new overtakes it.
+            return;
+        }
         let context = self.model.model.config.context_length;
-        while self.running.len() < self.settings.max_batch_size {
+        let capacity = self.kv.capacity_tokens();
+        while self.running.len() < self.settings.max_batch_size.max(1) {
             let Some(sub) = self.waiting.front() else { break };
-            let budget = (sub.request.prompt.len() + sub.request.max_tokens).min(context);
-            if budget.div_ceil(crate::model::BLOCK_TOKENS) * crate::model::BLOCK_TOKENS
-                > self.kv.free_tokens()
+            let whole = (sub.request.prompt.len() + sub.request.max_tokens).min(context);
+            if whole > capacity {
+                // It could never finish, even alone (the HTTP layer refuses these with a 400;
+                // this guards other callers): fail it rather than let it thrash.
+                let sub = self.waiting.pop_front().unwrap_or_else(|| unreachable!("front exists"));
+                self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                let msg = format!("the request needs {whole} KV-cache tokens but the engine has {capacity}");
+                let _ = sub.events.send(Event::Failed(msg));
+                continue;
+            }
+            let prompt = sub.request.prompt.len() + 1;
+            if plan::admissible(
+                [prompt],
+                self.running.len(),
+                self.settings.max_batch_size,
+                self.kv.free_tokens() / crate::model::BLOCK_TOKENS,
+            ) == 0
             {
-                if self.running.is_empty() && budget > self.kv.capacity_tokens() {
-                    // It would never fit: fail it rather than block the queue forever.
-                    let sub = self.waiting.pop_front().unwrap_or_else(|| unreachable!("front exists"));
-                    self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                    let msg = format!(
-                        "the request needs {budget} KV-cache tokens but the engine has {}",
-                        self.kv.capacity_tokens()
-                    );
-                    let _ = sub.events.send(Event::Failed(msg));
-                    continue;
-                }
                 break;
             }
             let Some(sub) = self.waiting.pop_front() else { break };
             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             match Sequence::new(sub.request.clone(), context) {
                 Ok(mut seq) => {
-                    let budget = seq.kv_budget();
-                    if let Err(e) = self.kv.reserve(&mut seq.cache, budget) {
+                    let tokens = seq.admission_tokens();
+                    if let Err(e) = self.kv.reserve(&mut seq.cache, tokens) {
                         let _ = sub.events.send(Event::Failed(e.to_string()));
                         continue;
                     }
@@ -184,31 +229,57 @@ impl Loop<'_> {
         }
     }
 
+    /// Frees the KV blocks of the running sequences at `victims` (newest first) and queues
+    /// them to be recomputed when blocks are free again.
+    fn preempt(&mut self, victims: &[usize]) {
+        // Highest index first, so the indices still to remove stay valid.
+        let mut sorted = victims.to_vec();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        for i in sorted {
+            let mut a = self.running.remove(i);
+            tracing::debug!(request_id = %a.sub.id, generated = a.seq.generated().len(), "KV cache full; sequence preempted");
+            self.kv.release(&mut a.seq.cache);
+            a.seq.preempt();
+            self.metrics.preemptions.inc();
+            // Newest first here, so pushing each to the front leaves the oldest in front.
+            self.preempted.push_front(a);
+        }
+    }
+
     fn publish_gauges(&self) {
-        self.shared.running.store(self.running.len(), Ordering::Release);
+        // A preempted sequence is in flight (drain waits for it) and, for the metrics, waiting.
+        self.shared.running.store(self.running.len() + self.preempted.len(), Ordering::Release);
         self.metrics.running.set(self.running.len() as i64);
-        self.metrics.waiting.set(self.shared.waiting() as i64);
+        self.metrics.waiting.set((self.shared.waiting() + self.preempted.len()) as i64);
         self.metrics.set_kv_usage(self.kv.usage());
     }
 
     /// One forward over the batch: decodes first, then prompt chunks within the token budget.
     fn step(&mut self) {
-        let mut budget = self.settings.max_num_batched_tokens;
-        let mut plan: Vec<(usize, Vec<u32>, bool)> = Vec::new();
-        for (i, a) in self.running.iter().enumerate() {
-            if !a.seq.in_prefill() {
-                let (t, l) = a.seq.next_input(1);
-                plan.push((i, t.to_vec(), l));
-                budget = budget.saturating_sub(1);
-            }
+        let views: Vec<SeqView> = self
+            .running
+            .iter()
+            .map(|a| SeqView {
+                cached: a.seq.cache.len(),
+                blocks: a.seq.cache.capacity() / crate::model::BLOCK_TOKENS,
+                prefill_left: a.seq.remaining_prefill(),
+            })
+            .collect();
+        let free = self.kv.free_tokens() / crate::model::BLOCK_TOKENS;
+        let decided = plan::plan_step(&views, self.settings.max_num_batched_tokens, free);
+        // Indices shift when victims leave the batch: map the feeds to the survivors' places.
+        let shift = |i: usize| i - decided.preempt.iter().filter(|&&v| v < i).count();
+        let feeds: Vec<(usize, usize)> = decided.feeds.iter().map(|&(i, n)| (shift(i), n)).collect();
+        if !decided.preempt.is_empty() {
+            self.preempt(&decided.preempt);
         }
-        for (i, a) in self.running.iter().enumerate() {
-            if a.seq.in_prefill() && budget > 0 {
-                let (t, l) = a.seq.next_input(budget);
-                budget -= t.len();
-                plan.push((i, t.to_vec(), l));
-            }
-        }
+        let plan: Vec<(usize, Vec<u32>, bool)> = feeds
+            .iter()
+            .map(|&(i, n)| {
+                let (t, l) = self.running[i].seq.next_input(n);
+                (i, t.to_vec(), l)
+            })
+            .collect();
         if plan.is_empty() {
             return;
         }

@@ -4,12 +4,15 @@
 //! shared between request handlers and the model loop.
 //!
 //! Iteration-level scheduling: between any two steps, requests join (admission in arrival
-//! order, while the batch has room and the KV pool can hold the request's whole budget) and
-//! leave (finished, or their client went away). Each step spends at most
-//! `max_num_batched_tokens`: every decoding sequence gets its one token first, prompt chunks
-//! share the rest, so a long prompt never stalls running decodes for more than one step.
+//! order, while the batch has room and the KV pool can hold the request's prompt) and leave
+//! (finished, or their client went away). Each step spends at most `max_num_batched_tokens`:
+//! every decoding sequence gets its one token first, prompt chunks share the rest, so a long
+//! prompt never stalls running decodes for more than one step. KV blocks are taken as
+//! sequences grow; when the pool runs out, the newest sequence is preempted and later
+//! recomputed ([`plan`] holds these rules, tested without a model).
 
 mod engine_loop;
+mod plan;
 mod settings;
 
 pub use settings::{BatchSettings, watch_settings_file};

@@ -1,5 +1,8 @@
 //! One engine replica on the virtual clock, scheduled like `pacer-engine`'s loop: admission in
-//! arrival order while a batch slot and KV blocks for the whole request are free, steps of one
+//! arrival order while a batch slot and KV blocks for the whole request are free (the engine
+//! takes blocks as sequences grow and preempts when its pool runs out; reserving the whole
+//! request is the same whenever the pool does not bind, as with the simulated workloads, and
+//! never preempts), steps of one
 //! token per decode row first and chunked prefill in the rest of the token budget, an idle
 //! engine waiting `batch_wait_ms` to fill a batch, and each step lasting what the profile's
 //! step model says. It records per-request truth (TTFT, every ITL gap, E2E) and the engine's
