@@ -48,6 +48,7 @@ async fn start_engine() -> String {
         settings_file: None,
         max_waiting: 64,
         kv_cache_tokens: 8192,
+        prefix_caching: true,
         drain_timeout: Duration::from_secs(10),
         max_body_bytes: 1 << 20,
         header_timeout: Duration::from_secs(10),

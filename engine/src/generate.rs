@@ -115,6 +115,23 @@ impl Sequence {
         self.finish
     }
     /// The tokens prefill feeds: the prompt, or after a preemption the recompute sequence.
+    pub fn prefill_tokens(&self) -> &[u32] {
+        self.prefill_source()
+    }
+    /// Marks the first `n` prefill tokens as already in the cache (a prefix-cache hit).
+    pub fn skip_cached(&mut self, n: usize) {
+        debug_assert!(self.prefilled == 0 && n < self.prefill_source().len());
+        self.prefilled = n;
+    }
+    /// The first `n` tokens the sequence has fed or will feed (prompt, then generated).
+    pub fn tokens(&self, n: usize) -> std::borrow::Cow<'_, [u32]> {
+        if n <= self.prompt.len() {
+            std::borrow::Cow::Borrowed(&self.prompt[..n])
+        } else {
+            let extra = (n - self.prompt.len()).min(self.generated.len());
+            std::borrow::Cow::Owned([self.prompt.as_slice(), &self.generated[..extra]].concat())
+        }
+    }
     fn prefill_source(&self) -> &[u32] {
         if self.recompute.is_empty() { &self.prompt } else { &self.recompute }
     }

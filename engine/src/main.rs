@@ -94,6 +94,10 @@ struct ServeArgs {
     /// KV-cache capacity in tokens (45 KiB per token for SmolLM2-135M).
     #[arg(long, env = "PACER_KV_CACHE_TOKENS", default_value_t = 32768)]
     kv_cache_tokens: usize,
+    /// Reuse the KV cache of prompt prefixes earlier requests computed (shared system prompts,
+    /// multi-turn chats), in 16-token blocks; `false` computes every prompt in full.
+    #[arg(long, env = "PACER_PREFIX_CACHING", default_value_t = true, action = clap::ArgAction::Set)]
+    prefix_caching: bool,
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, env = "PACER_DRAIN_TIMEOUT", default_value_t = 30)]
     drain_timeout: u64,
@@ -537,6 +541,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         settings_file,
         max_waiting,
         kv_cache_tokens,
+        prefix_caching,
         drain_timeout,
         max_body_bytes,
         header_timeout,
@@ -565,6 +570,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         settings_file,
         max_waiting,
         kv_cache_tokens,
+        prefix_caching,
         drain_timeout: std::time::Duration::from_secs(drain_timeout),
         max_body_bytes,
         header_timeout: std::time::Duration::from_secs(header_timeout),

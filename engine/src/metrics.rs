@@ -64,6 +64,10 @@ pub struct EngineMetrics {
     pub generation_tokens: IntCounter,
     /// `vllm:num_preemptions_total`: sequences preempted because the KV pool ran out.
     pub preemptions: IntCounter,
+    /// `vllm:prefix_cache_queries_total`: prompt tokens looked up in the prefix cache.
+    pub prefix_queries: IntCounter,
+    /// `vllm:prefix_cache_hits_total`: of those, tokens found (not computed again).
+    pub prefix_hits: IntCounter,
     success: IntCounterVec,
     /// Rows per scheduler step.
     pub batch_size: Histogram,
@@ -215,6 +219,18 @@ impl EngineMetrics {
                 &r,
                 "vllm:num_preemptions_total",
                 "Sequences preempted (KV cache freed, to be recomputed) because the KV pool ran out.",
+                m,
+            ),
+            prefix_queries: counter(
+                &r,
+                "vllm:prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache.",
+                m,
+            ),
+            prefix_hits: counter(
+                &r,
+                "vllm:prefix_cache_hits_total",
+                "Prompt tokens found in the prefix cache.",
                 m,
             ),
             batch_size: histogram(

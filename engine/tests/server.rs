@@ -22,6 +22,7 @@ fn config() -> ServeConfig {
         settings_file: None,
         max_waiting: 64,
         kv_cache_tokens: 8192,
+        prefix_caching: true,
         drain_timeout: Duration::from_secs(30),
         max_body_bytes: 1 << 20,
         header_timeout: Duration::from_secs(10),
@@ -212,6 +213,45 @@ async fn chats_larger_than_the_kv_cache_together_run_side_by_side_by_preemption(
     let steps = metric(&url, "pacer_engine_batch_size_count").await - steps_before;
     assert!(steps < tokens as f64, "{steps} steps for {tokens} tokens: the chats never shared a step");
     assert_eq!(metric(&url, "vllm:kv_cache_usage_perc").await, 0.0, "every block came back");
+}
+
+/// The prefix cache: a request whose prompt starts like an earlier one's (a shared system
+/// prompt, the same request again) takes the earlier KV blocks instead of computing them,
+/// counts them in `vllm:prefix_cache_hits_total`, and answers exactly what it answers
+/// without the hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_prefix_is_computed_once_and_changes_no_output() {
+    let url = start(config()).await;
+    let system = "You are a careful assistant for a shipping company. ".repeat(12);
+    let ask = |question: &str| {
+        json!({"model": MODEL, "max_tokens": 16, "temperature": 0, "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ]})
+    };
+    let text_of = |v: &Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let hits = || metric(&url, "vllm:prefix_cache_hits_total");
+    assert_eq!(hits().await, 0.0);
+    let first: Value =
+        post(&url, "/v1/chat/completions", &ask("Where is my parcel?")).await.json().await.unwrap();
+    let prompt = first["usage"]["prompt_tokens"].as_u64().unwrap() as f64;
+    assert!(prompt > 100.0, "the system prompt spans several blocks: {first}");
+    assert_eq!(hits().await, 0.0, "nothing was cached before the first request");
+
+    // The same request again: every full block but the one holding the last token is a hit.
+    let again: Value =
+        post(&url, "/v1/chat/completions", &ask("Where is my parcel?")).await.json().await.unwrap();
+    assert_eq!(text_of(&again), text_of(&first), "a hit changes no greedy output");
+    let after_again = hits().await;
+    assert!(after_again >= prompt - 32.0 && after_again < prompt, "{after_again} of {prompt} tokens");
+
+    // Another question under the same system prompt reuses the system prompt's blocks.
+    let other: Value =
+        post(&url, "/v1/chat/completions", &ask("Can I change the address?")).await.json().await.unwrap();
+    assert!(hits().await - after_again >= 96.0, "the shared system prompt was found");
+    assert!(metric(&url, "vllm:prefix_cache_queries_total").await >= 3.0 * prompt - 16.0);
+    assert_eq!(other["choices"][0]["finish_reason"], "length", "{other}");
+    assert_eq!(metric(&url, "vllm:kv_cache_usage_perc").await, 0.0, "cached blocks count as free");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,20 @@
 //! Paged key/value cache: one preallocated pool of fixed-size blocks shared by all sequences,
 //! and a per-sequence block table. Sequences at any position coexist in one batch, a finished
 //! sequence returns its blocks at once, and nothing is concatenated or reallocated per step.
+//!
+//! **Prefix cache.** A full block can be registered under its content: the hash of its 16
+//! tokens chained to the hash of every block before it, so one key names one whole prefix.
+//! Blocks are reference-counted; a later sequence whose prompt starts with the same tokens
+//! takes the registered blocks instead of computing them again (shared system prompts,
+//! multi-turn chats, a preempted sequence coming back). A registered block nobody uses stays
+//! filled but evictable: it counts as free, and is reused least recently released first when
+//! the pool has no empty block left. Full blocks are never written again, so sharing them is
+//! safe; a hit is checked against the stored tokens, so a hash collision cannot alias.
 
 use super::config::LlamaConfig;
 use crate::error::EngineError;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 
 /// Tokens per KV block. 16 keeps the waste per sequence under one block and each block's
 /// per-head rows (16 × head_dim floats) contiguous for the attention loops.
@@ -14,6 +25,9 @@ pub const BLOCK_TOKENS: usize = 16;
 pub struct SeqCache {
     blocks: Vec<u32>,
     len: usize,
+    /// Chained content hash of each leading full block, as far as it has been registered or
+    /// found in the prefix cache.
+    hashes: Vec<u64>,
 }
 
 impl SeqCache {
@@ -33,6 +47,10 @@ impl SeqCache {
     pub fn capacity(&self) -> usize {
         self.blocks.len() * BLOCK_TOKENS
     }
+    /// Leading full blocks already registered in (or found in) the prefix cache.
+    pub fn registered_blocks(&self) -> usize {
+        self.hashes.len()
+    }
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
         debug_assert!(self.len <= self.capacity());
@@ -48,7 +66,35 @@ pub struct KvCache {
     num_blocks: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
+    /// Empty blocks.
     free: Vec<u32>,
+    /// Sequences using each block.
+    refs: Vec<u32>,
+    /// What each registered block holds: its chained hash, its parent's and its tokens.
+    key: Vec<Option<BlockKey>>,
+    /// Registered blocks by chained hash.
+    cached: HashMap<u64, u32>,
+    /// Registered blocks no sequence uses, by release order (oldest evicted first).
+    evictable: BTreeMap<u64, u32>,
+    /// Release tick of each evictable block (its key in `evictable`).
+    released_at: Vec<u64>,
+    tick: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct BlockKey {
+    hash: u64,
+    parent: u64,
+    tokens: [u32; BLOCK_TOKENS],
+}
+
+/// The chained hash of a block of `tokens` after the prefix whose hash is `parent`.
+fn chain(parent: u64, tokens: &[u32]) -> u64 {
+    // SipHash with fixed keys: the same prefix hashes alike in every run.
+    let mut h = std::hash::DefaultHasher::new();
+    parent.hash(&mut h);
+    tokens.hash(&mut h);
+    h.finish()
 }
 
 impl KvCache {
@@ -66,6 +112,12 @@ impl KvCache {
             values: vec![0.0; len],
             // Pop from the end hands out low block numbers first.
             free: (0..num_blocks as u32).rev().collect(),
+            refs: vec![0; num_blocks],
+            key: vec![None; num_blocks],
+            cached: HashMap::new(),
+            evictable: BTreeMap::new(),
+            released_at: vec![0; num_blocks],
+            tick: 0,
         }
     }
 
@@ -78,30 +130,116 @@ impl KvCache {
     pub fn capacity_tokens(&self) -> usize {
         self.num_blocks * BLOCK_TOKENS
     }
-    /// Tokens still unallocated.
+    /// Tokens that can still be allocated: empty blocks plus evictable cached ones.
     pub fn free_tokens(&self) -> usize {
-        self.free.len() * BLOCK_TOKENS
+        self.free_blocks() * BLOCK_TOKENS
     }
-    /// Fraction of blocks in use, 0..1 (`vllm:kv_cache_usage_perc`).
+    /// Blocks that can still be allocated.
+    pub fn free_blocks(&self) -> usize {
+        self.free.len() + self.evictable.len()
+    }
+    /// Fraction of blocks in use by sequences, 0..1 (`vllm:kv_cache_usage_perc`); cached
+    /// blocks nobody uses count as free, as in vLLM.
     pub fn usage(&self) -> f64 {
-        1.0 - self.free.len() as f64 / self.num_blocks as f64
+        1.0 - self.free_blocks() as f64 / self.num_blocks as f64
+    }
+
+    /// Takes one block: an empty one, else the least recently released cached one.
+    fn allocate(&mut self) -> Option<u32> {
+        let b = match self.free.pop() {
+            Some(b) => b,
+            None => {
+                let (_, b) = self.evictable.pop_first()?;
+                if let Some(k) = self.key[b as usize].take() {
+                    self.cached.remove(&k.hash);
+                }
+                b
+            }
+        };
+        self.refs[b as usize] = 1;
+        Some(b)
     }
 
     /// Grows `seq` so it can hold `total` tokens; all-or-nothing.
     pub fn reserve(&mut self, seq: &mut SeqCache, total: usize) -> Result<(), EngineError> {
         let need = total.div_ceil(BLOCK_TOKENS).saturating_sub(seq.blocks.len());
-        if need > self.free.len() {
+        if need > self.free_blocks() {
             return Err(EngineError::KvCacheFull { needed: need * BLOCK_TOKENS, free: self.free_tokens() });
         }
-        let at = self.free.len() - need;
-        seq.blocks.extend(self.free.drain(at..).rev());
+        for _ in 0..need {
+            let b = self.allocate().unwrap_or_else(|| unreachable!("counted above"));
+            seq.blocks.push(b);
+        }
         Ok(())
     }
 
-    /// Returns every block of `seq` to the pool and empties it.
+    /// Returns every block of `seq` to the pool and empties it. A registered block nobody
+    /// else uses stays cached (evictable); any other block becomes empty.
     pub fn release(&mut self, seq: &mut SeqCache) {
-        self.free.extend(seq.blocks.drain(..).rev());
+        // Release the tail first, so eviction takes a prefix's last blocks before its first.
+        for b in seq.blocks.drain(..).rev() {
+            let r = &mut self.refs[b as usize];
+            *r = r.saturating_sub(1);
+            if *r > 0 {
+                continue;
+            }
+            if self.key[b as usize].is_some() {
+                self.tick += 1;
+                self.released_at[b as usize] = self.tick;
+                self.evictable.insert(self.tick, b);
+            } else {
+                self.free.push(b);
+            }
+        }
         seq.len = 0;
+        seq.hashes.clear();
+    }
+
+    /// Starts an empty `seq` with the longest cached prefix of `tokens` in whole blocks, leaving
+    /// at least one token of `tokens` to compute (its logits are needed). Returns the tokens
+    /// found.
+    pub fn take_prefix(&mut self, seq: &mut SeqCache, tokens: &[u32]) -> usize {
+        debug_assert!(seq.blocks.is_empty(), "a prefix starts an empty sequence");
+        let usable = tokens.len().saturating_sub(1) / BLOCK_TOKENS;
+        let mut parent = 0;
+        for block in tokens.chunks_exact(BLOCK_TOKENS).take(usable) {
+            let hash = chain(parent, block);
+            let Some(&b) = self.cached.get(&hash) else { break };
+            let same = self.key[b as usize].as_ref().is_some_and(|k| k.parent == parent && k.tokens == block);
+            if !same {
+                break;
+            }
+            if self.refs[b as usize] == 0 {
+                self.evictable.remove(&self.released_at[b as usize]);
+            }
+            self.refs[b as usize] += 1;
+            seq.blocks.push(b);
+            seq.hashes.push(hash);
+            parent = hash;
+        }
+        seq.len = seq.blocks.len() * BLOCK_TOKENS;
+        seq.len
+    }
+
+    /// Registers the full blocks of `seq` not registered yet; `tokens` are the tokens whose
+    /// keys and values it holds (at least `seq.len()` of them). A block whose content another
+    /// sequence registered first stays private.
+    pub fn register_full_blocks(&mut self, seq: &mut SeqCache, tokens: &[u32]) {
+        let full = seq.len.min(tokens.len()) / BLOCK_TOKENS;
+        while seq.hashes.len() < full {
+            let i = seq.hashes.len();
+            let parent = seq.hashes.last().copied().unwrap_or(0);
+            let block = &tokens[i * BLOCK_TOKENS..(i + 1) * BLOCK_TOKENS];
+            let hash = chain(parent, block);
+            let b = seq.blocks[i];
+            if self.key[b as usize].is_none() && !self.cached.contains_key(&hash) {
+                let mut stored = [0; BLOCK_TOKENS];
+                stored.copy_from_slice(block);
+                self.key[b as usize] = Some(BlockKey { hash, parent, tokens: stored });
+                self.cached.insert(hash, b);
+            }
+            seq.hashes.push(hash);
+        }
     }
 
     fn offset(&self, layer: usize, block: u32, head: usize) -> usize {
@@ -181,6 +319,59 @@ mod tests {
         assert_eq!(kv.free_tokens(), 64);
         kv.reserve(&mut b, 64).unwrap();
         assert!((kv.usage() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_registered_prefix_is_shared_and_kept_until_its_blocks_are_needed() {
+        let mut kv = KvCache::new(&cfg(), 64); // 4 blocks
+        let prompt: Vec<u32> = (0..40).map(|i| i % 7).collect();
+        let mut a = SeqCache::new();
+        assert_eq!(kv.take_prefix(&mut a, &prompt), 0, "nothing cached yet");
+        kv.reserve(&mut a, 41).unwrap();
+        a.advance(40);
+        kv.register_full_blocks(&mut a, &prompt);
+        // A second sequence with the same 40-token prompt shares its two full blocks.
+        let mut b = SeqCache::new();
+        assert_eq!(kv.take_prefix(&mut b, &prompt), 32);
+        assert_eq!(b.blocks[..2], a.blocks[..2]);
+        // Another prompt that diverges in the second block shares only the first.
+        let mut other = prompt.clone();
+        other[20] = 9;
+        let mut c = SeqCache::new();
+        assert_eq!(kv.take_prefix(&mut c, &other), 16);
+        kv.release(&mut c);
+        kv.release(&mut b);
+        kv.release(&mut a);
+        assert_eq!(kv.free_tokens(), 64, "cached blocks count as free");
+        assert_eq!(kv.usage(), 0.0);
+        // Released but cached: a later sequence still finds the prefix.
+        let mut d = SeqCache::new();
+        assert_eq!(kv.take_prefix(&mut d, &prompt), 32);
+        kv.release(&mut d);
+        // Allocating the whole pool evicts the cached blocks; the prefix is gone.
+        let mut e = SeqCache::new();
+        kv.reserve(&mut e, 64).unwrap();
+        kv.release(&mut e);
+        assert_eq!(kv.take_prefix(&mut SeqCache::new(), &prompt), 0);
+    }
+
+    #[test]
+    fn a_hit_leaves_a_token_to_compute_and_the_same_content_is_registered_once() {
+        let mut kv = KvCache::new(&cfg(), 128);
+        let prompt: Vec<u32> = (0..32).collect(); // exactly two blocks
+        let (mut a, mut b) = (SeqCache::new(), SeqCache::new());
+        for s in [&mut a, &mut b] {
+            kv.reserve(s, 33).unwrap();
+            s.advance(32);
+            kv.register_full_blocks(s, &prompt);
+        }
+        // Two sequences computed the same blocks: one copy is registered, and a hit on a
+        // 32-token prompt takes only the first block (the last token must be computed).
+        let mut c = SeqCache::new();
+        assert_eq!(kv.take_prefix(&mut c, &prompt), 16);
+        assert_eq!(c.blocks[0], a.blocks[0]);
+        kv.release(&mut b);
+        assert_eq!(kv.evictable.len(), 0, "b's blocks were private: they are empty again");
     }
 
     #[test]

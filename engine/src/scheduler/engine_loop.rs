@@ -29,6 +29,8 @@ struct Loop<'a> {
     model: Arc<LoadedModel>,
     settings: BatchSettings,
     kv: KvCache,
+    /// Whether full blocks are registered and prompts start from cached prefixes.
+    prefix_caching: bool,
     metrics: EngineMetrics,
     shared: &'a SharedState,
     waiting: VecDeque<Box<Submission>>,
@@ -41,6 +43,7 @@ pub(super) fn run(
     model: Arc<LoadedModel>,
     settings: BatchSettings,
     kv_cache_tokens: usize,
+    prefix_caching: bool,
     metrics: EngineMetrics,
     rx: Receiver<Command>,
     shared: &SharedState,
@@ -50,6 +53,7 @@ pub(super) fn run(
         model,
         settings,
         kv,
+        prefix_caching,
         metrics,
         shared,
         waiting: VecDeque::new(),
@@ -167,7 +171,9 @@ impl Loop<'_> {
             self.settings.max_batch_size,
             free,
         );
-        for mut a in self.preempted.drain(..back) {
+        let readmitted: Vec<Active> = self.preempted.drain(..back).collect();
+        for mut a in readmitted {
+            self.start_from_cache(&mut a.seq);
             let tokens = a.seq.admission_tokens();
             if let Err(e) = self.kv.reserve(&mut a.seq.cache, tokens) {
                 unreachable!("admissible() counted the free blocks: {e}");
@@ -206,6 +212,7 @@ impl Loop<'_> {
             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             match Sequence::new(sub.request.clone(), context) {
                 Ok(mut seq) => {
+                    self.start_from_cache(&mut seq);
                     let tokens = seq.admission_tokens();
                     if let Err(e) = self.kv.reserve(&mut seq.cache, tokens) {
                         let _ = sub.events.send(Event::Failed(e.to_string()));
@@ -226,6 +233,22 @@ impl Loop<'_> {
                     let _ = sub.events.send(Event::Failed(e.to_string()));
                 }
             }
+        }
+    }
+
+    /// Starts an admitted sequence's cache with the longest cached prefix of what it must
+    /// prefill, so those tokens are not computed again.
+    fn start_from_cache(&mut self, seq: &mut Sequence) {
+        if !self.prefix_caching {
+            return;
+        }
+        let mut cache = std::mem::take(&mut seq.cache);
+        let found = self.kv.take_prefix(&mut cache, seq.prefill_tokens());
+        self.metrics.prefix_queries.inc_by(seq.prefill_tokens().len() as u64);
+        self.metrics.prefix_hits.inc_by(found as u64);
+        seq.cache = cache;
+        if found > 0 {
+            seq.skip_cached(found);
         }
     }
 
@@ -295,8 +318,16 @@ impl Loop<'_> {
                 .collect();
             self.model.model.forward(&mut self.kv, &mut steps)
         };
-        for ((i, _, _), cache) in plan.iter().zip(caches) {
-            self.running[*i].seq.cache = cache;
+        for ((i, _, _), mut cache) in plan.iter().zip(caches) {
+            let a = &mut self.running[*i];
+            if self.prefix_caching && result.is_ok() {
+                // Blocks the step filled become reusable by later sequences with this prefix.
+                let n = cache.len();
+                if n / crate::model::BLOCK_TOKENS > cache.registered_blocks() {
+                    self.kv.register_full_blocks(&mut cache, &a.seq.tokens(n));
+                }
+            }
+            a.seq.cache = cache;
         }
         let logits = match result {
             Ok(l) => l,

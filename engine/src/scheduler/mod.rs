@@ -164,6 +164,7 @@ pub fn start(
     model: Arc<LoadedModel>,
     settings: BatchSettings,
     kv_cache_tokens: usize,
+    prefix_caching: bool,
     max_waiting: usize,
     metrics: EngineMetrics,
 ) -> std::io::Result<SchedulerHandle> {
@@ -172,7 +173,7 @@ pub fn start(
     let state = shared.clone();
     std::thread::Builder::new().name("pacer-scheduler".into()).spawn(move || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            engine_loop::run(model, settings, kv_cache_tokens, metrics, rx, &state)
+            engine_loop::run(model, settings, kv_cache_tokens, prefix_caching, metrics, rx, &state)
         }));
         if result.is_err() {
             tracing::error!("the scheduler panicked; the engine stops serving (readiness goes false)");

@@ -33,6 +33,8 @@ pub struct ServeConfig {
     pub max_waiting: usize,
     /// KV-cache capacity in tokens.
     pub kv_cache_tokens: usize,
+    /// Reuse the KV blocks of prompt prefixes earlier requests computed.
+    pub prefix_caching: bool,
     /// Longest wait for in-flight requests on SIGTERM.
     pub drain_timeout: Duration,
     /// Largest accepted request body.
@@ -123,6 +125,7 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         model.clone(),
         settings,
         config.kv_cache_tokens,
+        config.prefix_caching,
         config.max_waiting,
         metrics.clone(),
     )?;
@@ -314,6 +317,7 @@ mod tests {
             settings_file,
             max_waiting: 1,
             kv_cache_tokens: 16,
+            prefix_caching: true,
             drain_timeout: Duration::from_secs(1),
             max_body_bytes: 1,
             header_timeout: Duration::from_secs(1),
