@@ -7,6 +7,36 @@
 //! weight block is loaded (and for 4-bit formats unpacked) once and multiplied with a tile of
 //! activation rows held in cache. Large f32 products go to candle's `gemm`-backed matmul.
 
+/// Defines a function twice over: the portable body as written, compiled for the baseline
+/// target, and the same body compiled with AVX2 + FMA + F16C, picked at run time by [`isa`].
+/// The binaries run on any x86-64 CPU (the README's portable fallback) while the loops written
+/// to vectorize get 256-bit FMAs where the CPU has them. Both copies compute the same thing in
+/// the same order (`mul_add` is fused in both; without FMA it is a correctly rounded library
+/// call), so the results are bit-identical and `PACER_KERNELS=scalar` tests the portable copy.
+macro_rules! multiversion {
+    ($(#[$attr:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$attr])*
+        #[inline]
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn portable($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma,f16c")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    portable($($arg),*)
+                }
+                if $crate::kernels::isa().has_avx2() {
+                    // SAFETY: `isa()` found AVX2, FMA and F16C on this CPU.
+                    #[allow(unsafe_code)]
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            portable($($arg),*)
+        }
+    };
+}
+
 mod f32_ops;
 mod interleave;
 mod matmul;
