@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The prefix cache's benchmark: one engine (one thread) with `--prefix-caching true` and then
-# `false`, each driven by pacer-bench with prompts of 320 words whose first 256 are the same
-# for every request (a shared system prompt), 32 output tokens, 4 requests in flight, 40
-# requests; two rounds, alternating. Prints pacer-bench's throughput, TTFT and ITL lines and
-# the engine's prefix-cache counters for each run. About 3 minutes on 2 cores.
+# `false`, two rounds, alternating, on two workloads driven by pacer-bench (4 in flight, 32
+# output tokens, --ignore-eos):
+#   shared: 40 prompts of 320 words whose first 256 are the same (a shared system prompt);
+#   turns:  10 chats of 4 turns (prompts of 128 words; each turn resends the history).
+# Prints pacer-bench's throughput, TTFT and ITL lines and the engine's prefix-cache counters
+# for each run. About 6 minutes on 2 cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,17 +18,23 @@ port=${PORT:-8791}
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null || true' EXIT
 for round in 1 2; do
-  for caching in true false; do
-    "$bin/pacer-engine" serve --model "$model" --threads 1 --port "$port" --prefix-caching "$caching" \
-      >/dev/null 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
-    echo "== round $round, --prefix-caching $caching"
-    "$bin/pacer-bench" run --base-url "http://127.0.0.1:$port" --model "$(basename "$model" .gguf)" \
-      --shared-prefix 256 --input-len 320 --output-len 32 --ignore-eos --concurrency 4 \
-      --num-requests 40 --seed 3 2>&1 | grep -E "^(throughput|ttft|itl) "
-    curl -s "http://127.0.0.1:$port/metrics" | grep -E "^vllm:prefix_cache_(hits|queries)_total" || true
-    kill "$pid"; wait "$pid" 2>/dev/null || true
-    pid=
+  for workload in shared turns; do
+    case "$workload" in
+      shared) load=(--shared-prefix 256 --input-len 320 --num-requests 40) ;;
+      turns) load=(--turns 4 --input-len 128 --num-requests 10) ;;
+    esac
+    for caching in true false; do
+      "$bin/pacer-engine" serve --model "$model" --threads 1 --port "$port" --prefix-caching "$caching" \
+        >/dev/null 2>&1 &
+      pid=$!
+      for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
+      echo "== round $round, $workload, --prefix-caching $caching"
+      "$bin/pacer-bench" run --base-url "http://127.0.0.1:$port" --model "$(basename "$model" .gguf)" \
+        "${load[@]}" --output-len 32 --ignore-eos --concurrency 4 --seed 3 2>&1 \
+        | grep -E "^(requests:|throughput:|ttft |itl )"
+      curl -s "http://127.0.0.1:$port/metrics" | grep -E "^vllm:prefix_cache_(hits|queries)_total" || true
+      kill "$pid"; wait "$pid" 2>/dev/null || true
+      pid=
+    done
   done
 done
