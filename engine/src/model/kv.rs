@@ -144,6 +144,11 @@ impl KvCache {
         1.0 - self.free_blocks() as f64 / self.num_blocks as f64
     }
 
+    /// Blocks of `seq` no other sequence uses: what releasing it would give back.
+    pub fn exclusive_blocks(&self, seq: &SeqCache) -> usize {
+        seq.blocks.iter().filter(|&&b| self.refs[b as usize] == 1).count()
+    }
+
     /// Takes one block: an empty one, else the least recently released cached one.
     fn allocate(&mut self) -> Option<u32> {
         let b = match self.free.pop() {
@@ -334,6 +339,7 @@ mod tests {
         let mut b = SeqCache::new();
         assert_eq!(kv.take_prefix(&mut b, &prompt), 32);
         assert_eq!(b.blocks[..2], a.blocks[..2]);
+        assert_eq!((kv.exclusive_blocks(&a), kv.exclusive_blocks(&b)), (1, 0), "a's third block is its own");
         // Another prompt that diverges in the second block shares only the first.
         let mut other = prompt.clone();
         other[20] = 9;

@@ -285,6 +285,7 @@ impl Loop<'_> {
             .map(|a| SeqView {
                 cached: a.seq.cache.len(),
                 blocks: a.seq.cache.capacity() / crate::model::BLOCK_TOKENS,
+                reclaimable: self.kv.exclusive_blocks(&a.seq.cache),
                 prefill_left: a.seq.remaining_prefill(),
             })
             .collect();

@@ -23,6 +23,9 @@ pub struct SeqView {
     pub cached: usize,
     /// KV blocks it holds.
     pub blocks: usize,
+    /// Of those, the blocks preempting it would give back: the ones no other sequence shares
+    /// (a shared prefix block stays with its other users).
+    pub reclaimable: usize,
     /// Prompt (or recompute) tokens still to prefill; 0 once it decodes.
     pub prefill_left: usize,
 }
@@ -82,7 +85,7 @@ pub fn plan_step(running: &[SeqView], token_budget: usize, free_blocks: usize) -
         }
         // Out of blocks (or no sequence could move): the newest gives its blocks back.
         let Some(victim) = alive.pop() else { return StepPlan { feeds: Vec::new(), preempt } };
-        free += running[victim].blocks;
+        free += running[victim].reclaimable;
         preempt.push(victim);
     }
 }
@@ -117,11 +120,13 @@ mod tests {
     use super::*;
 
     const fn decoding(cached: usize) -> SeqView {
-        SeqView { cached, blocks: cached.div_ceil(BLOCK_TOKENS), prefill_left: 0 }
+        let blocks = cached.div_ceil(BLOCK_TOKENS);
+        SeqView { cached, blocks, reclaimable: blocks, prefill_left: 0 }
     }
     /// Admitted with blocks for its whole prompt plus one token, nothing prefilled yet.
     const fn admitted(prompt: usize) -> SeqView {
-        SeqView { cached: 0, blocks: (prompt + 1).div_ceil(BLOCK_TOKENS), prefill_left: prompt }
+        let blocks = (prompt + 1).div_ceil(BLOCK_TOKENS);
+        SeqView { cached: 0, blocks, reclaimable: blocks, prefill_left: prompt }
     }
 
     #[test]
@@ -157,9 +162,20 @@ mod tests {
     }
 
     #[test]
+    fn a_victim_gives_back_only_the_blocks_nobody_else_shares() {
+        // The newest shares 2 of its 3 blocks (a cached system prompt) with the oldest: its
+        // preemption frees one block, not three, so the middle one must go as well.
+        let shared = SeqView { cached: 48, blocks: 3, reclaimable: 1, prefill_left: 0 };
+        let running = [decoding(32), decoding(32), decoding(32), shared];
+        let plan = plan_step(&running, 512, 0);
+        assert_eq!(plan.preempt, vec![3, 2]);
+        assert_eq!(plan.feeds, vec![(0, 1), (1, 1)]);
+    }
+
+    #[test]
     fn a_prompt_chunk_waits_for_blocks_rather_than_preempting() {
         // The prefilling sequence holds one block of a 40-token recompute; none are free.
-        let running = [decoding(33), SeqView { cached: 16, blocks: 1, prefill_left: 24 }];
+        let running = [decoding(33), SeqView { cached: 16, blocks: 1, reclaimable: 1, prefill_left: 24 }];
         let plan = plan_step(&running, 512, 0);
         assert_eq!(plan.feeds, vec![(0, 1)]);
         assert!(plan.preempt.is_empty());
@@ -168,7 +184,7 @@ mod tests {
     #[test]
     fn a_step_that_could_feed_nothing_preempts_so_the_oldest_progresses() {
         // Two half-prefilled sequences, each blocked on a block the other holds.
-        let a = SeqView { cached: 16, blocks: 1, prefill_left: 16 };
+        let a = SeqView { cached: 16, blocks: 1, reclaimable: 1, prefill_left: 16 };
         let plan = plan_step(&[a, a], 512, 0);
         assert_eq!(plan.preempt, vec![1]);
         assert_eq!(plan.feeds, vec![(0, 16)]);
@@ -187,5 +203,104 @@ mod tests {
         assert_eq!(admissible([100, 100, 1], 0, 16, 10), 1);
         assert_eq!(admissible([1], 0, 0, 10), 1, "a batch cap of 0 still admits one");
         assert_eq!(admissible(std::iter::empty(), 0, 16, 10), 0);
+    }
+    /// The plans carried out on a real block pool, with prefix sharing, many times over:
+    /// whatever the mix, every block a plan counts on is there (a reservation never fails),
+    /// every sequence finishes, and every block comes back.
+    #[test]
+    fn plans_carried_out_on_a_shared_pool_never_run_out_of_blocks() {
+        use crate::model::{KvCache, LlamaConfig, SeqCache};
+        let cfg = LlamaConfig {
+            architecture: "llama".into(),
+            name: None,
+            layers: 1,
+            embedding: 8,
+            feed_forward: 8,
+            heads: 1,
+            kv_heads: 1,
+            head_dim: 2,
+            context_length: 512,
+            rope_base: 10_000.0,
+            rms_eps: 1e-5,
+            vocab_size: 100,
+        };
+        let mut rng = 0x9e37_79b9_u64;
+        let mut next = |n: u64| {
+            rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (rng >> 33) % n
+        };
+        for round in 0..200 {
+            let mut kv = KvCache::new(&cfg, 16 * (8 + next(12) as usize));
+            // Tokens (prompt, then output), prompt length, cache, and the tokens to recompute
+            // after a preemption.
+            struct S {
+                tokens: Vec<u32>,
+                prompt: usize,
+                cache: SeqCache,
+                fed: usize,
+            }
+            let prefixes: Vec<Vec<u32>> =
+                (0..3).map(|p| (0..48).map(|i| (p * 31 + i) % 97).collect()).collect();
+            let mut waiting: std::collections::VecDeque<S> = (0..10)
+                .map(|i| {
+                    let shared = 16 + next(33) as usize;
+                    let own = 1 + next(30) as usize;
+                    let output = 1 + next(40) as usize;
+                    let mut tokens: Vec<u32> = prefixes[next(3) as usize][..shared].to_vec();
+                    tokens.extend((0..own + output).map(|j| ((i * 7 + j as u64 * 3) % 97) as u32));
+                    S { tokens, prompt: shared + own, cache: SeqCache::new(), fed: 0 }
+                })
+                .collect();
+            let mut running: Vec<S> = Vec::new();
+            let mut steps = 0;
+            while !(waiting.is_empty() && running.is_empty()) {
+                steps += 1;
+                assert!(steps < 10_000, "round {round}: no progress");
+                let n = admissible(
+                    waiting.iter().map(|s| s.prompt.max(s.fed) + 1),
+                    running.len(),
+                    6,
+                    kv.free_blocks(),
+                );
+                for mut s in waiting.drain(..n) {
+                    let target = s.prompt.max(s.fed);
+                    kv.take_prefix(&mut s.cache, &s.tokens[..target]);
+                    kv.reserve(&mut s.cache, target + 1).expect("admissible counted the blocks");
+                    running.push(s);
+                }
+                let views: Vec<SeqView> = running
+                    .iter()
+                    .map(|s| SeqView {
+                        cached: s.cache.len(),
+                        blocks: s.cache.capacity() / BLOCK_TOKENS,
+                        reclaimable: kv.exclusive_blocks(&s.cache),
+                        prefill_left: s.prompt.max(s.fed).saturating_sub(s.cache.len()),
+                    })
+                    .collect();
+                let plan = plan_step(&views, 24, kv.free_blocks());
+                let mut victims = plan.preempt.clone();
+                victims.sort_unstable_by(|a, b| b.cmp(a));
+                let shift = |i: usize| i - plan.preempt.iter().filter(|&&v| v < i).count();
+                for v in victims {
+                    let mut s = running.remove(v);
+                    // Recompute everything it had, as the engine does.
+                    s.fed = s.cache.len().max(s.fed);
+                    kv.release(&mut s.cache);
+                    waiting.push_front(s);
+                }
+                for &(i, n) in &plan.feeds {
+                    let s = &mut running[shift(i)];
+                    let end = s.cache.len() + n;
+                    kv.reserve(&mut s.cache, end)
+                        .unwrap_or_else(|e| panic!("round {round}: the plan overcommitted: {e}"));
+                    s.cache.advance(n);
+                    kv.register_full_blocks(&mut s.cache, &s.tokens[..end]);
+                }
+                for mut s in running.extract_if(.., |s| s.cache.len() >= s.tokens.len()) {
+                    kv.release(&mut s.cache);
+                }
+            }
+            assert_eq!(kv.free_blocks() * BLOCK_TOKENS, kv.capacity_tokens(), "round {round}: blocks leaked");
+        }
     }
 }
