@@ -114,13 +114,9 @@ impl Sequence {
     pub fn finish(&self) -> Option<FinishReason> {
         self.finish
     }
-    /// The tokens prefill feeds: the prompt, or after a preemption the recompute sequence.
-    pub fn prefill_tokens(&self) -> &[u32] {
-        self.prefill_source()
-    }
     /// Marks the first `n` prefill tokens as already in the cache (a prefix-cache hit).
     pub fn skip_cached(&mut self, n: usize) {
-        debug_assert!(self.prefilled == 0 && n < self.prefill_source().len());
+        debug_assert!(self.prefilled == 0 && n < self.prefill_tokens().len());
         self.prefilled = n;
     }
     /// The first `n` tokens the sequence has fed or will feed (prompt, then generated).
@@ -132,27 +128,23 @@ impl Sequence {
             std::borrow::Cow::Owned([self.prompt.as_slice(), &self.generated[..extra]].concat())
         }
     }
-    fn prefill_source(&self) -> &[u32] {
+    /// The tokens prefill feeds: the prompt, or after a preemption the recompute sequence.
+    pub fn prefill_tokens(&self) -> &[u32] {
         if self.recompute.is_empty() { &self.prompt } else { &self.recompute }
     }
     /// Whether prompt (or recompute) tokens remain to be prefilled.
     pub fn in_prefill(&self) -> bool {
-        self.prefilled < self.prefill_source().len()
-    }
-    /// Most tokens this sequence can ever hold in the KV cache: prompt + `max_tokens`, capped
-    /// at the context length.
-    pub fn kv_budget(&self) -> usize {
-        (self.prompt.len() + self.max_tokens).min(self.context_length)
+        self.prefilled < self.prefill_tokens().len()
     }
     /// Tokens the KV cache must hold for this sequence to be admitted: everything prefill will
     /// feed plus the first token after it.
     pub fn admission_tokens(&self) -> usize {
-        self.prefill_source().len() + 1
+        self.prefill_tokens().len() + 1
     }
 
     /// Prompt (or recompute) tokens not yet in the cache.
     pub fn remaining_prefill(&self) -> usize {
-        self.prefill_source().len() - self.prefilled
+        self.prefill_tokens().len() - self.prefilled
     }
 
     /// Forgets the KV cache (already released to the pool) so the sequence can be admitted
@@ -173,7 +165,7 @@ impl Sequence {
     /// not after a recompute, whose next token is known).
     pub fn next_input(&self, budget: usize) -> (&[u32], bool) {
         if self.in_prefill() {
-            let source = self.prefill_source();
+            let source = self.prefill_tokens();
             let end = (self.prefilled + budget.max(1)).min(source.len());
             (&source[self.prefilled..end], end == source.len() && self.recompute.is_empty())
         } else {

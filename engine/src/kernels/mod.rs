@@ -10,9 +10,9 @@
 /// Defines a function twice over: the portable body as written, compiled for the baseline
 /// target, and the same body compiled with AVX2 + FMA + F16C, picked at run time by [`isa`].
 /// The binaries run on any x86-64 CPU (the README's portable fallback) while the loops written
-/// to vectorize get 256-bit FMAs where the CPU has them. Both copies compute the same thing in
+/// to vectorize get 256-bit FMAs where the CPU has them. Both copies do the same operations in
 /// the same order (`mul_add` is fused in both; without FMA it is a correctly rounded library
-/// call), so the results are bit-identical and `PACER_KERNELS=scalar` tests the portable copy.
+/// call), and `PACER_KERNELS=scalar` makes the portable copy run on any CPU, for tests.
 macro_rules! multiversion {
     ($(#[$attr:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$attr])*

@@ -164,12 +164,11 @@ impl Loop<'_> {
     /// free: preempted sequences first (oldest first), then waiting requests in arrival order.
     /// Blocks for the generated tokens are taken as they come ([`plan::plan_step`]).
     fn admit(&mut self) {
-        let free = self.kv.free_tokens() / crate::model::BLOCK_TOKENS;
         let back = plan::admissible(
             self.preempted.iter().map(|a| a.seq.admission_tokens()),
             self.running.len(),
             self.settings.max_batch_size,
-            free,
+            self.kv.free_blocks(),
         );
         let readmitted: Vec<Active> = self.preempted.drain(..back).collect();
         for mut a in readmitted {
@@ -203,7 +202,7 @@ impl Loop<'_> {
                 [prompt],
                 self.running.len(),
                 self.settings.max_batch_size,
-                self.kv.free_tokens() / crate::model::BLOCK_TOKENS,
+                self.kv.free_blocks(),
             ) == 0
             {
                 break;
@@ -289,7 +288,7 @@ impl Loop<'_> {
                 prefill_left: a.seq.remaining_prefill(),
             })
             .collect();
-        let free = self.kv.free_tokens() / crate::model::BLOCK_TOKENS;
+        let free = self.kv.free_blocks();
         let decided = plan::plan_step(&views, self.settings.max_num_batched_tokens, free);
         // Indices shift when victims leave the batch: map the feeds to the survivors' places.
         let shift = |i: usize| i - decided.preempt.iter().filter(|&&v| v < i).count();
