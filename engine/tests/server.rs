@@ -40,7 +40,9 @@ async fn start(config: ServeConfig) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(server::serve(listener, srv, config.drain_timeout, std::future::pending()));
-    let client = reqwest::Client::new();
+    // No kept-alive probe connection: it would hold one of `max_connections` for a while
+    // after this returns (a test of the limit once lost a slot to it).
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     for _ in 0..200 {
         if client.get(format!("{url}/ready")).send().await.is_ok_and(|r| r.status() == 200) {
             return url;
@@ -360,6 +362,9 @@ async fn slow_clients_time_out_and_connections_are_limited() {
     })
     .await;
     let address = url.trim_start_matches("http://").to_string();
+    // The readiness probe's connection is closed by now, but the server may not have seen
+    // its end yet; give it a moment so the probe does not hold a slot.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // The clients block; they run off the runtime that serves them.
     tokio::task::spawn_blocking(move || {
         use std::io::{Read, Write};
