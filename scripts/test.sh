@@ -67,7 +67,7 @@ cargo clippy --workspace --all-targets --release --locked -- -D warnings
 step "build the tests"
 cargo test --workspace --release --locked --no-run
 
-step "tests (unit, the engine on the real model, the operator and its Helm chart on a Kubernetes $KUBERNETES_NEWEST cluster)"
+step "tests (unit, the engine on the real model, the operator, its Helm chart and the closed loop on a Kubernetes $KUBERNETES_NEWEST cluster)"
 cargo test --workspace --release --locked
 
 # Every kernel set runs the same real-model tests: CPUs without AVX-VNNI take the AVX2

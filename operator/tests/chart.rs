@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{OPERATOR, apply_json, repo_file};
+use common::{OPERATOR, apply_json, cache, helm, repo_file, text, tool};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -24,31 +24,10 @@ use pacer_tests::{Cluster, Workloads, eventually, yaml_documents};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-const HELM_VERSION: &str = "4.3.2";
 const PROMETHEUS_VERSION: &str = "3.16.0";
 const MONITORING_CRDS_VERSION: &str = "0.95.2";
-
-fn cache() -> PathBuf {
-    std::env::var_os("PACER_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
-            .join("pacer")
-    })
-}
-
-/// A cached tool, or a failure that names the script building it (never a silent skip).
-fn tool(dir: &str, name: &str, script: &str) -> PathBuf {
-    let path = cache().join("bin").join(dir).join(name);
-    assert!(path.exists(), "no {} : run {script} (scripts/test.sh does)", path.display());
-    path
-}
-
-fn helm_bin() -> PathBuf {
-    tool(&format!("helm-{HELM_VERSION}"), "helm", "scripts/build-cluster-bins.sh")
-}
 
 fn promtool() -> PathBuf {
     tool(&format!("prometheus-{PROMETHEUS_VERSION}"), "promtool", "scripts/build-prometheus.sh")
@@ -56,22 +35,6 @@ fn promtool() -> PathBuf {
 
 fn chart() -> PathBuf {
     repo_file("charts/pacer")
-}
-
-/// Runs helm with `args`; helm's own state (cache, config) stays in a throwaway directory.
-fn helm(args: &[&str]) -> Output {
-    let home = std::env::temp_dir().join(format!("pacer-helm-{}", std::process::id()));
-    Command::new(helm_bin())
-        .args(args)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .expect("running helm")
-}
-
-fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// `helm template` of the chart with `extra` arguments (values files, --set), as objects.

@@ -286,6 +286,11 @@ impl Cluster {
         std::fs::write(&path, text).expect("kubeconfig");
     }
 
+    /// The API server's CA certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.root.as_path().join("certs").join("apiserver.crt")
+    }
+
     /// The admin kubeconfig (`system:masters`).
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.kubeconfig("admin-token")

@@ -16,11 +16,13 @@
 //! only what `config/rbac/clusterrole.yaml` grants, so the operator's RBAC is tested for real.
 #![forbid(unsafe_code)]
 
+mod agent;
 mod control_plane;
 mod kwok;
 mod process;
 mod prometheus;
 
+pub use agent::{AgentConfig, NodeAgent, POD_NETWORK_RELABELING, loopback_of};
 pub use control_plane::{Cluster, Workloads, bin_dir};
 pub use process::OperatorProcess;
 pub use prometheus::{

@@ -93,8 +93,6 @@ impl Prometheus {
     /// Starts Prometheus scraping `targets` every `scrape_interval` (whole seconds, ≥ 1 s) and
     /// waits until it is ready.
     pub async fn start(scrape_interval: Duration, targets: &[ScrapeTarget]) -> Prometheus {
-        let bin = prometheus_bin_dir().join("prometheus");
-        assert!(bin.exists(), "no {}: run scripts/build-prometheus.sh (scripts/test.sh does)", bin.display());
         let dir = tempfile::Builder::new().prefix("pacer-prometheus-").tempdir().expect("temp dir");
         let interval = format!("{}s", scrape_interval.as_secs().max(1));
         let targets_file = dir.path().join("targets.json");
@@ -113,6 +111,51 @@ scrape_configs:
             targets_file.display()
         );
         std::fs::write(dir.path().join("prometheus.yml"), config).expect("prometheus.yml");
+        let prometheus = Prometheus::launch(dir, scrape_interval);
+        prometheus.set_targets(targets);
+        prometheus.started().await
+    }
+
+    /// Starts Prometheus with the project's own configuration, `config/prometheus/prometheus.yaml`
+    /// (its Kubernetes service discovery, relabelling, recording rules and alerts), discovering
+    /// pods through the API server of `kubeconfig`, with scrapes and rule evaluations every
+    /// `interval` instead of the file's production cadence. `extra_relabeling` (YAML of one
+    /// rule, e.g. [`crate::POD_NETWORK_RELABELING`]) is appended to every job's rules.
+    pub async fn start_kubernetes(
+        interval: Duration,
+        kubeconfig: &Path,
+        extra_relabeling: Option<&str>,
+    ) -> Prometheus {
+        let dir = tempfile::Builder::new().prefix("pacer-prometheus-").tempdir().expect("temp dir");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/prometheus");
+        let text = std::fs::read_to_string(source.join("prometheus.yaml"))
+            .expect("config/prometheus/prometheus.yaml");
+        let mut config: serde_yaml::Value = serde_yaml::from_str(&text).expect("prometheus.yaml");
+        let every = serde_yaml::Value::from(format!("{}s", interval.as_secs().max(1)));
+        config["global"]["scrape_interval"] = every.clone();
+        config["global"]["scrape_timeout"] = every.clone();
+        config["global"]["evaluation_interval"] = every;
+        for rules in config["rule_files"].as_sequence_mut().into_iter().flatten() {
+            let name = rules.as_str().expect("a rule file").to_string();
+            std::fs::copy(source.join(&name), dir.path().join(&name)).expect("rule file");
+        }
+        for job in config["scrape_configs"].as_sequence_mut().into_iter().flatten() {
+            for sd in job["kubernetes_sd_configs"].as_sequence_mut().into_iter().flatten() {
+                sd["kubeconfig_file"] = serde_yaml::Value::from(kubeconfig.display().to_string());
+            }
+            if let Some(rule) = extra_relabeling {
+                let rule: serde_yaml::Value = serde_yaml::from_str(rule).expect("relabelling rule");
+                job["relabel_configs"].as_sequence_mut().expect("relabel_configs").push(rule);
+            }
+        }
+        let config = serde_yaml::to_string(&config).expect("yaml");
+        std::fs::write(dir.path().join("prometheus.yml"), config).expect("prometheus.yml");
+        Prometheus::launch(dir, interval).started().await
+    }
+
+    fn launch(dir: TempDir, scrape_interval: Duration) -> Prometheus {
+        let bin = prometheus_bin_dir().join("prometheus");
+        assert!(bin.exists(), "no {}: run scripts/build-prometheus.sh (scripts/test.sh does)", bin.display());
         let port = free_port();
         let mut prometheus = Prometheus {
             child: None,
@@ -121,7 +164,6 @@ scrape_configs:
             scrape_interval: Duration::from_secs(scrape_interval.as_secs().max(1)),
             dir,
         };
-        prometheus.set_targets(targets);
         let log = std::fs::File::create(prometheus.log_path()).expect("log file");
         let err = log.try_clone().expect("log file");
         let args = [
@@ -142,8 +184,12 @@ scrape_configs:
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
         prometheus.child = Some(child);
-        prometheus.wait_ready().await;
         prometheus
+    }
+
+    async fn started(mut self) -> Prometheus {
+        self.wait_ready().await;
+        self
     }
 
     fn log_path(&self) -> PathBuf {

@@ -11,11 +11,52 @@ use kube::{Client, ResourceExt};
 use pacer_crds::InferenceService;
 use pacer_tests::{Cluster, OperatorProcess, Workloads, eventually, yaml_documents};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 pub mod cases;
 
 pub const OPERATOR: &str = env!("CARGO_BIN_EXE_pacer-operator");
+
+/// The helm version `scripts/build-cluster-bins.sh` installs.
+pub const HELM_VERSION: &str = "4.3.2";
+
+/// The cache of built tools (`PACER_CACHE`, else `$XDG_CACHE_HOME/pacer`, else `~/.cache/pacer`).
+pub fn cache() -> PathBuf {
+    std::env::var_os("PACER_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
+            .join("pacer")
+    })
+}
+
+/// A cached tool, or a failure that names the script building it (never a silent skip).
+pub fn tool(dir: &str, name: &str, script: &str) -> PathBuf {
+    let path = cache().join("bin").join(dir).join(name);
+    assert!(path.exists(), "no {} : run {script} (scripts/test.sh does)", path.display());
+    path
+}
+
+pub fn helm_bin() -> PathBuf {
+    tool(&format!("helm-{HELM_VERSION}"), "helm", "scripts/build-cluster-bins.sh")
+}
+
+/// Runs helm with `args`; helm's own state (cache, config) stays in a throwaway directory.
+pub fn helm(args: &[&str]) -> Output {
+    let home = std::env::temp_dir().join(format!("pacer-helm-{}", std::process::id()));
+    Command::new(helm_bin())
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("running helm")
+}
+
+pub fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
 
 pub fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
