@@ -5,7 +5,7 @@
 
 use crate::error::EngineError;
 use crate::model::{KvCache, Model, SeqCache, SeqStep};
-use crate::sampling::{Sampler, SamplingParams};
+use crate::sampling::{Sampler, SamplingParams, TokenLogprob, token_logprob};
 use crate::stop::StopMatcher;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use serde::Serialize;
@@ -23,6 +23,9 @@ pub struct GenerateRequest {
     pub stop: Vec<String>,
     /// Keep going past EOS / end-of-turn tokens (benchmarks want fixed lengths).
     pub ignore_eos: bool,
+    /// Report each generated token's log probability and this many most likely alternatives
+    /// (`None`: no log probabilities).
+    pub logprobs: Option<usize>,
 }
 
 /// Why a sequence ended (OpenAI's `finish_reason`).
@@ -46,7 +49,7 @@ impl FinishReason {
 }
 
 /// One generated token and the text it released.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Delta {
     /// The sampled id.
     pub token: u32,
@@ -54,6 +57,9 @@ pub struct Delta {
     pub text: String,
     /// Set on the sequence's last delta.
     pub finish: Option<FinishReason>,
+    /// The token's log probability, when the request asked for them (not for an end-of-turn
+    /// token, whose text is not part of the answer).
+    pub logprob: Option<TokenLogprob>,
 }
 
 /// A sequence being generated.
@@ -70,6 +76,7 @@ pub struct Sequence {
     max_tokens: usize,
     context_length: usize,
     ignore_eos: bool,
+    logprobs: Option<usize>,
     sampler: Sampler,
     stops: StopMatcher,
     detok: StreamDecoder,
@@ -94,6 +101,7 @@ impl Sequence {
             max_tokens: req.max_tokens,
             context_length,
             ignore_eos: req.ignore_eos,
+            logprobs: req.logprobs,
             sampler: Sampler::new(req.sampling),
             stops: StopMatcher::new(req.stop),
             detok: StreamDecoder::new(),
@@ -182,7 +190,9 @@ impl Sequence {
         let logits = logits?;
         let token = self.sampler.sample(logits);
         self.generated.push(token);
-        let (mut text, finish, release_held) = if !self.ignore_eos && tokenizer.stop_ids().contains(&token) {
+        let end_of_turn = !self.ignore_eos && tokenizer.stop_ids().contains(&token);
+        let logprob = self.logprobs.filter(|_| !end_of_turn).map(|top| token_logprob(logits, token, top));
+        let (mut text, finish, release_held) = if end_of_turn {
             (String::new(), Some(FinishReason::Stop), true)
         } else {
             let piece = self.detok.push(tokenizer, token);
@@ -209,7 +219,7 @@ impl Sequence {
             }
         }
         self.finish = finish;
-        Some(Delta { token, text, finish })
+        Some(Delta { token, text, finish, logprob })
     }
 }
 

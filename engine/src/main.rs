@@ -298,6 +298,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
         sampling: SamplingParams { temperature, top_k, top_p, seed },
         stop,
         ignore_eos: false,
+        logprobs: None,
     };
     let mut seqs = vec![Sequence::new(request, context)?];
     let mut stdout = std::io::stdout().lock();

@@ -84,6 +84,43 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// The log probability of a chosen token under the model's distribution (the raw logits,
+/// before temperature, top-k or top-p, as vLLM reports them), and the `top` most likely tokens
+/// with theirs, most likely first (ties by lower id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The chosen token.
+    pub token: u32,
+    /// Its natural-log probability.
+    pub logprob: f32,
+    /// The most likely tokens and their log probabilities.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The most alternatives a request may ask for (OpenAI's `top_logprobs` limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// [`TokenLogprob`] of `chosen` with `top` alternatives, from `logits` (log-softmax in f64).
+pub fn token_logprob(logits: &[f32], chosen: u32, top: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&v| f64::from(v - max).exp()).sum();
+    let log_z = f64::from(max) + sum.ln();
+    let lp = |v: f32| (f64::from(v) - log_z) as f32;
+    let mut best: Vec<(u32, f32)> = Vec::new();
+    if top > 0 {
+        let mut all: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect();
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let k = top.min(all.len());
+        if k < all.len() {
+            all.select_nth_unstable_by(k - 1, by_logit);
+            all.truncate(k);
+        }
+        all.sort_unstable_by(by_logit);
+        best = all.into_iter().map(|(i, v)| (i, lp(v))).collect();
+    }
+    TokenLogprob { token: chosen, logprob: lp(logits[chosen as usize]), top: best }
+}
+
 impl Sampler {
     /// A sampler with `params`; unseeded samplers draw their seed from the OS-seeded hasher.
     pub fn new(params: SamplingParams) -> Self {
@@ -140,6 +177,24 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn logprobs_are_a_log_softmax_of_the_raw_logits() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0];
+        let lp = token_logprob(&logits, 2, 3);
+        let z: f64 = logits.iter().map(|&v| f64::from(v).exp()).sum();
+        assert!((f64::from(lp.logprob) - (2.0 - z.ln())).abs() < 1e-6);
+        // Most likely first, ties by the lower id.
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 3, 2]);
+        let mass: f64 = logits
+            .iter()
+            .enumerate()
+            .map(|(i, _)| f64::from(token_logprob(&logits, i as u32, 0).logprob).exp())
+            .sum();
+        assert!((mass - 1.0).abs() < 1e-6);
+        assert!(token_logprob(&logits, 0, 0).top.is_empty());
+        assert_eq!(token_logprob(&logits, 0, 99).top.len(), 4);
+    }
 
     #[test]
     fn greedy_takes_the_first_maximum() {

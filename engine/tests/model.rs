@@ -169,6 +169,7 @@ fn chat_request(m: &LoadedModel, question: &str, max_tokens: usize, stop: Vec<St
         sampling: SamplingParams::greedy(),
         stop,
         ignore_eos: false,
+        logprobs: None,
     }
 }
 
@@ -257,6 +258,7 @@ fn a_full_kv_cache_and_an_overlong_prompt_are_errors() {
         sampling: SamplingParams::greedy(),
         stop: vec![],
         ignore_eos: false,
+        logprobs: None,
     };
     assert!(matches!(Sequence::new(req, ctx), Err(EngineError::ContextOverflow { .. })));
 }

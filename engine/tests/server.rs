@@ -548,7 +548,9 @@ async fn malformed_requests_get_the_right_status_and_an_openai_error_body() {
         (json!({"tools": tool, "tool_choice": "required"}), "tools"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"response_format": {"type": "json_object"}}), "response_format"),
-        (json!({"logprobs": true, "top_logprobs": 2}), "logprobs"),
+        (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+        (json!({"top_logprobs": 2}), "top_logprobs"),
+        (json!({"logprobs": 2}), "logprobs"),
         (json!({"presence_penalty": 0.5}), "presence_penalty"),
         (json!({"logit_bias": {"42": 10}}), "logit_bias"),
     ] {
@@ -560,11 +562,18 @@ async fn malformed_requests_get_the_right_status_and_an_openai_error_body() {
     let neutral = json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "logprobs": false,
                          "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u-1"});
     assert_eq!(post(&url, "/v1/chat/completions", &chat_with(neutral)).await.status(), 200);
-    let r = post(&url, "/v1/completions", &json!({"model": MODEL, "prompt": "hi", "logprobs": 3})).await;
-    assert_eq!(
-        (r.status().as_u16(), r.json::<Value>().await.unwrap()["error"]["param"].clone()),
-        (400, json!("logprobs"))
-    );
+    for (body, param) in [
+        (json!({"model": MODEL, "prompt": "hi", "logprobs": 21}), "logprobs"),
+        (json!({"model": MODEL, "prompt": "hi", "logprobs": true}), "logprobs"),
+        (json!({"model": MODEL, "prompt": "hi", "top_logprobs": 2}), "top_logprobs"),
+    ] {
+        let r = post(&url, "/v1/completions", &body).await;
+        assert_eq!(
+            (r.status().as_u16(), r.json::<Value>().await.unwrap()["error"]["param"].clone()),
+            (400, json!(param)),
+            "{body}"
+        );
+    }
 
     let keyed = start(ServeConfig { api_key: Some("s3cret".into()), ..config() }).await;
     let body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 1});
@@ -781,4 +790,81 @@ fn context_length_caps_what_a_request_may_use() {
     assert_eq!(status, 400, "{text}");
     child.kill().unwrap();
     let _ = child.wait();
+}
+
+/// Log probabilities on both endpoints, whole and streamed: one entry per generated token (the
+/// end-of-turn token excepted), whose bytes spell the answer; greedy picks the most likely
+/// token, so its log probability is the first alternative's; the alternatives come most
+/// likely first and their probabilities sum to at most 1; streaming gives the same entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_probabilities_on_both_endpoints_whole_and_streamed() {
+    let url = start(config()).await;
+    let mut chat = chat("Name three colours.", 12);
+    chat["logprobs"] = json!(true);
+    chat["top_logprobs"] = json!(3);
+    let v: Value = post(&url, "/v1/chat/completions", &chat).await.json().await.unwrap();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    let generated = v["usage"]["completion_tokens"].as_u64().unwrap() as usize;
+    let finish = v["choices"][0]["finish_reason"].as_str().unwrap();
+    assert_eq!(content.len(), if finish == "stop" { generated - 1 } else { generated }, "{v}");
+    let bytes: Vec<u8> = content
+        .iter()
+        .flat_map(|e| e["bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap() as u8))
+        .collect();
+    assert_eq!(String::from_utf8(bytes).unwrap(), text);
+    for e in &content {
+        let lp = e["logprob"].as_f64().unwrap();
+        let top = e["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3, "{e}");
+        assert!(
+            lp <= 0.0 && (lp - top[0]["logprob"].as_f64().unwrap()).abs() < 1e-6,
+            "greedy takes the top: {e}"
+        );
+        assert_eq!(e["token"], top[0]["token"]);
+        let lps: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
+        assert!(
+            lps.windows(2).all(|w| w[0] >= w[1]) && lps.iter().map(|l| l.exp()).sum::<f64>() <= 1.0 + 1e-6
+        );
+    }
+
+    // Streamed: the same entries, spread over the chunks.
+    chat["stream"] = json!(true);
+    let body = post(&url, "/v1/chat/completions", &chat).await.text().await.unwrap();
+    let mut streamed = Vec::new();
+    for data in sse_data(&body).into_iter().filter(|d| d != "[DONE]") {
+        let chunk: Value = serde_json::from_str(&data).unwrap();
+        if let Some(entries) = chunk["choices"][0]["logprobs"]["content"].as_array() {
+            streamed.extend(entries.iter().cloned());
+        }
+    }
+    assert_eq!(streamed, content, "streamed entries equal the whole answer's");
+
+    // Legacy completions: parallel lists, offsets into the text, N alternatives.
+    let body = json!({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
+                      "logprobs": 2});
+    let v: Value = post(&url, "/v1/completions", &body).await.json().await.unwrap();
+    let text = v["choices"][0]["text"].as_str().unwrap();
+    let lp = &v["choices"][0]["logprobs"];
+    let tokens: Vec<&str> = lp["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert_eq!(tokens.len(), 8);
+    assert_eq!(tokens.concat(), text);
+    let offsets: Vec<u64> =
+        lp["text_offset"].as_array().unwrap().iter().map(|o| o.as_u64().unwrap()).collect();
+    assert_eq!(offsets[0], 0);
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]));
+    for (i, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        assert!(top.len() <= 2 && !top.is_empty());
+        let best = top.values().map(|v| v.as_f64().unwrap()).fold(f64::NEG_INFINITY, f64::max);
+        assert!((best - lp["token_logprobs"][i].as_f64().unwrap()).abs() < 1e-6);
+    }
+    // Not asked: null, as before.
+    let plain: Value =
+        post(&url, "/v1/completions", &json!({"model": MODEL, "prompt": "Hi", "max_tokens": 2}))
+            .await
+            .json()
+            .await
+            .unwrap();
+    assert!(plain["choices"][0]["logprobs"].is_null());
 }

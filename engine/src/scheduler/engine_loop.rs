@@ -360,7 +360,8 @@ impl Loop<'_> {
                 Some(prev) => self.metrics.observe_itl((now - prev).as_secs_f64()),
             }
             a.last_token = Some(now);
-            let _ = a.sub.events.send(Event::Token { id: delta.token, text: delta.text });
+            let _ =
+                a.sub.events.send(Event::Token { id: delta.token, text: delta.text, logprob: delta.logprob });
             if let Some(reason) = delta.finish {
                 self.finish(*i, reason, now);
             }

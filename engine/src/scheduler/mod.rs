@@ -26,7 +26,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What a request's stream receives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// A generated token and the text it released (possibly empty).
     Token {
@@ -34,6 +34,8 @@ pub enum Event {
         id: u32,
         /// Text safe to show.
         text: String,
+        /// Its log probability, when the request asked for them.
+        logprob: Option<crate::sampling::TokenLogprob>,
     },
     /// The last event of a successful request.
     Finished {

@@ -3,6 +3,7 @@
 //! settings, and a graceful drain on SIGTERM.
 
 mod error;
+mod logprobs;
 mod openai;
 mod routes;
 

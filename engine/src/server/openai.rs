@@ -1,6 +1,6 @@
 //! OpenAI request bodies and their validation into a [`GenerateRequest`]. Fields the engine
 //! implements are checked, and each error names the field. Fields that would change the answer
-//! and that it does not implement (tools, `response_format`, logprobs, penalties, ...) are
+//! and that it does not implement (tools, `response_format`, penalties, ...) are
 //! refused with a 400 naming the field, unless set to their neutral value: silently ignoring
 //! them would hand back something the client did not ask for. Other unknown fields (`user`,
 //! `metadata`, ...) are ignored, as OpenAI-compatible servers do.
@@ -9,7 +9,7 @@ use super::error::ApiError;
 use crate::LoadedModel;
 use crate::chat::ChatMessage;
 use crate::generate::GenerateRequest;
-use crate::sampling::SamplingParams;
+use crate::sampling::{MAX_TOP_LOGPROBS, SamplingParams};
 use serde::Deserialize;
 
 /// `stop`: one string or a list.
@@ -85,8 +85,6 @@ pub struct Unsupported {
     function_call: Option<serde_json::Value>,
     parallel_tool_calls: Option<serde_json::Value>,
     response_format: Option<serde_json::Value>,
-    logprobs: Option<serde_json::Value>,
-    top_logprobs: Option<serde_json::Value>,
     presence_penalty: Option<serde_json::Value>,
     frequency_penalty: Option<serde_json::Value>,
     logit_bias: Option<serde_json::Value>,
@@ -107,7 +105,7 @@ impl Unsupported {
             Value::Object(o) => o.is_empty(),
             Value::Bool(true) => false,
         };
-        let fields: [(&'static str, &Option<Value>, &str); 14] = [
+        let fields: [(&'static str, &Option<Value>, &str); 12] = [
             ("tools", &self.tools, "tool calling is not supported by this server"),
             ("tool_choice", &self.tool_choice, "tool calling is not supported by this server"),
             ("functions", &self.functions, "function calling is not supported by this server"),
@@ -118,8 +116,6 @@ impl Unsupported {
                 "tool calling is not supported by this server",
             ),
             ("response_format", &self.response_format, "only `{\"type\": \"text\"}` is supported"),
-            ("logprobs", &self.logprobs, "log probabilities are not supported by this server yet"),
-            ("top_logprobs", &self.top_logprobs, "log probabilities are not supported by this server yet"),
             ("presence_penalty", &self.presence_penalty, "only 0 is supported"),
             ("frequency_penalty", &self.frequency_penalty, "only 0 is supported"),
             ("logit_bias", &self.logit_bias, "logit bias is not supported by this server"),
@@ -155,6 +151,8 @@ impl Unsupported {
 pub struct CompletionRequest {
     /// The prompt.
     pub prompt: Prompt,
+    /// Log probabilities of each token and this many alternatives (0 to 20).
+    pub logprobs: Option<usize>,
     /// Everything else.
     pub common: Common,
 }
@@ -195,6 +193,8 @@ pub struct ChatRequest {
     pub messages: Vec<MessageIn>,
     /// OpenAI's newer name for `max_tokens`.
     pub max_completion_tokens: Option<usize>,
+    /// Log probabilities of each token (`logprobs: true`) with `top_logprobs` alternatives.
+    pub logprobs: Option<usize>,
     /// Everything else.
     pub common: Common,
 }
@@ -302,7 +302,19 @@ impl CompletionRequest {
     pub fn from_json(body: &[u8]) -> Result<CompletionRequest, ApiError> {
         let mut fields = object(body)?;
         let prompt = take(&mut fields, "prompt")?.ok_or_else(|| missing("prompt"))?;
-        Ok(CompletionRequest { prompt, common: Common::from_fields(fields)? })
+        // Legacy completions ask with `logprobs: N`; `top_logprobs` is the chat endpoint's.
+        if fields.get("top_logprobs").is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::invalid(
+                "`top_logprobs` belongs to /v1/chat/completions; here ask with `logprobs`: N (0 to 20)",
+                Some("top_logprobs"),
+            ));
+        }
+        let logprobs = match fields.remove("logprobs") {
+            // `false` is what some clients send for "none".
+            None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => None,
+            Some(v) => Some(top_logprobs(typed(v, "logprobs")?, "logprobs")?),
+        };
+        Ok(CompletionRequest { prompt, logprobs, common: Common::from_fields(fields)? })
     }
 }
 
@@ -312,8 +324,28 @@ impl ChatRequest {
         let mut fields = object(body)?;
         let messages = take(&mut fields, "messages")?.ok_or_else(|| missing("messages"))?;
         let max_completion_tokens = take(&mut fields, "max_completion_tokens")?;
-        Ok(ChatRequest { messages, max_completion_tokens, common: Common::from_fields(fields)? })
+        let wanted: Option<bool> = take(&mut fields, "logprobs")?;
+        let top: Option<usize> = take(&mut fields, "top_logprobs")?;
+        let logprobs = match (wanted.unwrap_or(false), top) {
+            (true, top) => Some(top_logprobs(top.unwrap_or(0), "top_logprobs")?),
+            (false, Some(n)) if n > 0 => {
+                return Err(ApiError::invalid("`top_logprobs` needs `logprobs`: true", Some("top_logprobs")));
+            }
+            (false, _) => None,
+        };
+        Ok(ChatRequest { messages, max_completion_tokens, logprobs, common: Common::from_fields(fields)? })
     }
+}
+
+/// Checks a number of alternatives against OpenAI's limit.
+fn top_logprobs(n: usize, param: &'static str) -> Result<usize, ApiError> {
+    if n > MAX_TOP_LOGPROBS {
+        return Err(ApiError::invalid(
+            format!("`{param}` must be between 0 and {MAX_TOP_LOGPROBS}, got {n}"),
+            Some(param),
+        ));
+    }
+    Ok(n)
 }
 
 /// What a validated request becomes.
@@ -378,7 +410,7 @@ impl Common {
         prompt_param: &'static str,
         budget: Budget,
     ) -> Result<Prepared, ApiError> {
-        let Budget { max_tokens, default_max, kv_tokens } = budget;
+        let Budget { max_tokens, default_max, kv_tokens, logprobs } = budget;
         if self.model != served {
             return Err(ApiError::model_not_found(&self.model, served));
         }
@@ -445,6 +477,7 @@ impl Common {
                 sampling: self.sampling()?,
                 stop: self.stops()?,
                 ignore_eos: self.ignore_eos,
+                logprobs,
             },
             stream: self.stream,
             include_usage: self.stream_options.as_ref().is_some_and(|o| o.include_usage),
@@ -459,6 +492,8 @@ struct Budget {
     max_tokens: Option<usize>,
     default_max: usize,
     kv_tokens: usize,
+    /// Not a budget, but settled per endpoint like one: the log probabilities asked for.
+    logprobs: Option<usize>,
 }
 
 /// OpenAI's default `max_tokens` for legacy completions.
@@ -509,6 +544,7 @@ impl CompletionRequest {
                 max_tokens: self.common.max_tokens,
                 default_max: COMPLETIONS_DEFAULT_MAX_TOKENS,
                 kv_tokens,
+                logprobs: self.logprobs,
             },
         )
     }
@@ -567,7 +603,7 @@ impl ChatRequest {
             served,
             tokens,
             "messages",
-            Budget { max_tokens: max, default_max: usize::MAX, kv_tokens },
+            Budget { max_tokens: max, default_max: usize::MAX, kv_tokens, logprobs: self.logprobs },
         )
     }
 }

@@ -4,8 +4,11 @@
 
 use super::AppState;
 use super::error::ApiError;
+use super::logprobs::LogprobsWriter;
 use super::openai::{ChatRequest, CompletionRequest, Prepared};
+use crate::LoadedModel;
 use crate::generate::FinishReason;
+use crate::sampling::TokenLogprob;
 use crate::scheduler::{Event, Submission};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -178,6 +181,7 @@ async fn respond(
     } else {
         tracing::info!(request_id = %id, prompt_tokens = prepared.request.prompt.len(), max_tokens = prepared.request.max_tokens, stream = prepared.stream, "request");
     }
+    let logprobs = prepared.request.logprobs.is_some();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let submission = Submission { id: id.clone(), request: prepared.request, arrived, events: tx };
     if let Err(refusal) = state.scheduler.submit(submission) {
@@ -185,7 +189,14 @@ async fn respond(
         state.metrics.rejected(e.reason());
         return e.into_response();
     }
-    let shape = Shape { id, endpoint, model: state.served_name.clone(), created: unix_now() };
+    let shape = Shape {
+        id,
+        endpoint,
+        model: state.served_name.clone(),
+        created: unix_now(),
+        logprobs,
+        loaded: state.model.clone(),
+    };
     if prepared.stream {
         stream_response(shape, rx, prepared.include_usage, state.closing.clone()).into_response()
     } else {
@@ -199,6 +210,10 @@ struct Shape {
     endpoint: Endpoint,
     model: String,
     created: u64,
+    /// Whether the request asked for log probabilities.
+    logprobs: bool,
+    /// For the text of tokens in log probabilities.
+    loaded: Arc<LoadedModel>,
 }
 
 impl Shape {
@@ -210,7 +225,19 @@ impl Shape {
         }
     }
 
-    fn chunk(&self, text: Option<&str>, role: bool, finish: Option<FinishReason>) -> Value {
+    /// The `logprobs` of a choice holding `entries` (`null` unless the request asked).
+    fn logprobs(&self, writer: &mut LogprobsWriter, entries: &[TokenLogprob]) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        let tokenizer = &self.loaded.tokenizer;
+        match self.endpoint {
+            Endpoint::Chat => writer.chat(tokenizer, entries),
+            Endpoint::Completions => writer.completions(tokenizer, entries),
+        }
+    }
+
+    fn chunk(&self, text: Option<&str>, role: bool, finish: Option<FinishReason>, logprobs: Value) -> Value {
         let finish = finish.map(FinishReason::as_str);
         let choice = match self.endpoint {
             Endpoint::Chat => {
@@ -222,10 +249,10 @@ impl Shape {
                 if let Some(t) = text {
                     delta.insert("content".into(), json!(t));
                 }
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+                json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
             Endpoint::Completions => {
-                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish})
             }
         };
         json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice]})
@@ -252,44 +279,84 @@ fn stream_response(
             json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}});
         stream::iter(vec![data(body), Ok(SseEvent::default().data("[DONE]"))])
     };
-    let first =
-        if shape.endpoint == Endpoint::Chat { vec![data(shape.chunk(None, true, None))] } else { vec![] };
-    let events =
-        stream::unfold((rx, shape, closing, false), move |(mut rx, shape, mut closing, done)| async move {
-            if done {
-                return None;
+    let first = if shape.endpoint == Endpoint::Chat {
+        vec![data(shape.chunk(None, true, None, Value::Null))]
+    } else {
+        vec![]
+    };
+    // Log probabilities of tokens whose text is still held back (half a character, a possible
+    // stop string) wait for the chunk that releases it.
+    let state = StreamState {
+        rx,
+        shape,
+        closing,
+        done: false,
+        pending: Vec::new(),
+        writer: LogprobsWriter::default(),
+    };
+    let events = stream::unfold(state, move |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let event = tokio::select! {
+            event = st.rx.recv() => event,
+            () = async { let _ = st.closing.wait_for(|c| *c).await; } => {
+                let cut = "the engine is shutting down: the response was cut at its drain deadline";
+                st.done = true;
+                return Some((failed(cut), st));
             }
-            let event = tokio::select! {
-                event = rx.recv() => event,
-                () = async { let _ = closing.wait_for(|c| *c).await; } => {
-                    let cut = "the engine is shutting down: the response was cut at its drain deadline";
-                    return Some((failed(cut), (rx, shape, closing, true)));
+        };
+        let out: Vec<Result<SseEvent, Infallible>> = match event {
+            Some(Event::Token { text, logprob, .. }) => {
+                st.pending.extend(logprob);
+                if text.is_empty() {
+                    vec![]
+                } else {
+                    let logprobs = st.shape.logprobs(&mut st.writer, &std::mem::take(&mut st.pending));
+                    vec![data(st.shape.chunk(Some(&text), false, None, logprobs))]
                 }
-            };
-            let out: Vec<Result<SseEvent, Infallible>> = match event {
-                Some(Event::Token { text, .. }) if text.is_empty() => vec![],
-                Some(Event::Token { text, .. }) => vec![data(shape.chunk(Some(&text), false, None))],
-                Some(Event::Finished { reason, prompt_tokens, completion_tokens }) => {
-                    let mut v = vec![data(shape.chunk(None, false, Some(reason)))];
-                    if include_usage {
-                        v.push(data(json!({
+            }
+            Some(Event::Finished { reason, prompt_tokens, completion_tokens }) => {
+                let logprobs = if st.pending.is_empty() {
+                    Value::Null
+                } else {
+                    st.shape.logprobs(&mut st.writer, &std::mem::take(&mut st.pending))
+                };
+                let shape = &st.shape;
+                let mut v = vec![data(shape.chunk(None, false, Some(reason), logprobs))];
+                if include_usage {
+                    v.push(data(json!({
                         "id": shape.id, "object": shape.object(true), "created": shape.created,
                         "model": shape.model, "choices": [], "usage": usage(prompt_tokens, completion_tokens),
                     })));
-                    }
-                    v.push(Ok(SseEvent::default().data("[DONE]")));
-                    return Some((stream::iter(v), (rx, shape, closing, true)));
                 }
-                Some(Event::Failed(msg)) => return Some((failed(&msg), (rx, shape, closing, true))),
-                None => {
-                    let gone = "the scheduler stopped before the request finished";
-                    return Some((failed(gone), (rx, shape, closing, true)));
-                }
-            };
-            Some((stream::iter(out), (rx, shape, closing, false)))
-        })
-        .flatten();
+                v.push(Ok(SseEvent::default().data("[DONE]")));
+                st.done = true;
+                return Some((stream::iter(v), st));
+            }
+            Some(Event::Failed(msg)) => {
+                st.done = true;
+                return Some((failed(&msg), st));
+            }
+            None => {
+                st.done = true;
+                return Some((failed("the scheduler stopped before the request finished"), st));
+            }
+        };
+        Some((stream::iter(out), st))
+    })
+    .flatten();
     Sse::new(stream::iter(first).chain(events)).keep_alive(KeepAlive::default())
+}
+
+/// What a streamed response carries from one event to the next.
+struct StreamState {
+    rx: UnboundedReceiver<Event>,
+    shape: Shape,
+    closing: tokio::sync::watch::Receiver<bool>,
+    done: bool,
+    pending: Vec<TokenLogprob>,
+    writer: LogprobsWriter,
 }
 
 /// Non-streaming: wait for the whole answer. Dropping this future (client gone) drops the
@@ -301,6 +368,7 @@ async fn collect_response(
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) -> Response {
     let mut text = String::new();
+    let mut entries = Vec::new();
     loop {
         let event = tokio::select! {
             event = rx.recv() => event,
@@ -308,15 +376,19 @@ async fn collect_response(
         };
         let Some(ev) = event else { break };
         match ev {
-            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Token { text: t, logprob, .. } => {
+                text.push_str(&t);
+                entries.extend(logprob);
+            }
             Event::Finished { reason, prompt_tokens, completion_tokens } => {
                 let finish = reason.as_str();
+                let logprobs = shape.logprobs(&mut LogprobsWriter::default(), &entries);
                 let choice = match shape.endpoint {
                     Endpoint::Chat => {
-                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": finish})
+                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": finish})
                     }
                     Endpoint::Completions => {
-                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+                        json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish})
                     }
                 };
                 let body = json!({

@@ -1,5 +1,6 @@
 """The engine against the official `openai` Python client (a client no one here wrote):
-chat and completions, streaming with usage, and the client's own error types.
+chat and completions, streaming with usage, log probabilities parsed into the client's own
+types, and the client's own error types.
 
 Run by scripts/test-openai-client.sh, which starts `pacer-engine serve` and sets
 PACER_BASE_URL and PACER_SERVED_MODEL.
@@ -59,6 +60,27 @@ def test_streaming_completion_matches_non_streaming(client):
     whole = client.completions.create(**kw).choices[0].text
     streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw) if c.choices)
     assert streamed == whole
+
+
+def test_log_probabilities_parse_into_the_clients_types(client):
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name three colors."}],
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    content = r.choices[0].logprobs.content
+    # The end-of-turn token, when it ends the answer, is not listed.
+    assert len(content) == r.usage.completion_tokens - (r.choices[0].finish_reason == "stop")
+    assert "".join(bytes(t.bytes).decode() for t in content) == r.choices[0].message.content
+    assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in content)
+    assert all(t.token == t.top_logprobs[0].token for t in content)
+    c = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=4, temperature=0, logprobs=1)
+    lp = c.choices[0].logprobs
+    assert "".join(lp.tokens) == c.choices[0].text and len(lp.token_logprobs) == 4
+    assert lp.text_offset[0] == 0 and all(len(t) == 1 for t in lp.top_logprobs)
 
 
 def test_errors_map_to_the_clients_exception_types(client):
