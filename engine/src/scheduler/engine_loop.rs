@@ -289,7 +289,11 @@ impl Loop<'_> {
             })
             .collect();
         let free = self.kv.free_blocks();
-        let decided = plan::plan_step(&views, self.settings.max_num_batched_tokens, free);
+        let budget = plan::StepBudget {
+            tokens: self.settings.max_num_batched_tokens,
+            attention_equiv: plan::attention_equivalent(&self.model.model.config),
+        };
+        let decided = plan::plan_step_with(&views, budget, free);
         // Indices shift when victims leave the batch: map the feeds to the survivors' places.
         let shift = |i: usize| i - decided.preempt.iter().filter(|&&v| v < i).count();
         let feeds: Vec<(usize, usize)> = decided.feeds.iter().map(|&(i, n)| (shift(i), n)).collect();

@@ -39,16 +39,74 @@ pub struct StepPlan {
     pub preempt: Vec<usize>,
 }
 
+/// What one step may spend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepBudget {
+    /// Tokens fed in the step (`--max-num-batched-tokens`).
+    pub tokens: usize,
+    /// The context length at which one token's attention costs as much as its weight matmuls
+    /// ([`attention_equivalent`]); 0 counts tokens only. A prompt chunk deep into a long
+    /// prompt costs more than its token count: each of its tokens attends to everything before
+    /// it, so such a chunk is cut to what the budget buys, and the step — and with it the gap
+    /// between the running streams' tokens — stays bounded as the prompt gets longer.
+    pub attention_equiv: usize,
+}
+
+/// [`StepBudget::attention_equiv`] of a llama-family model: the weights' multiply-adds per
+/// token over the attention's per token of context (QK and AV over every head of every layer).
+pub fn attention_equivalent(cfg: &crate::model::LlamaConfig) -> usize {
+    let (d, q, kv) = (cfg.embedding, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim);
+    let per_layer = d * q + 2 * d * kv + q * d + 3 * d * cfg.feed_forward;
+    let weights = cfg.layers * per_layer + cfg.vocab_size * d;
+    let attention_per_position = 2 * cfg.layers * q;
+    weights / attention_per_position.max(1)
+}
+
+/// What feeding `n` prompt tokens after `cached` ones costs, in tokens of weight work: each
+/// token's own weights plus its attention over the tokens before it.
+fn chunk_cost(cached: usize, n: usize, equiv: usize) -> f64 {
+    if equiv == 0 {
+        return n as f64;
+    }
+    let n_f = n as f64;
+    let attended = n_f * cached as f64 + n_f * (n_f - 1.0) / 2.0;
+    n_f + attended / equiv as f64
+}
+
+/// The longest chunk, up to `max`, whose [`chunk_cost`] fits `budget`.
+fn affordable_chunk(cached: usize, max: usize, budget: usize, equiv: usize) -> usize {
+    let (mut lo, mut hi) = (0, max.min(budget));
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if chunk_cost(cached, mid, equiv) <= budget as f64 {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 /// Plans one step over `running` (in admission order, oldest first) with `token_budget`
-/// tokens and `free_blocks` unallocated KV blocks.
+/// tokens and `free_blocks` unallocated KV blocks, counting tokens only (see
+/// [`plan_step_with`]); the unit tests' shorthand.
+#[cfg(test)]
+pub fn plan_step(running: &[SeqView], token_budget: usize, free_blocks: usize) -> StepPlan {
+    plan_step_with(running, StepBudget { tokens: token_budget, attention_equiv: 0 }, free_blocks)
+}
+
+/// Plans one step over `running` (in admission order, oldest first) with `budget` and
+/// `free_blocks` unallocated KV blocks.
 ///
 /// Every decoding sequence feeds one token first; prompt chunks share what is left of the
 /// budget in batch order. If the feeds need more new blocks than are free, the newest sequence
 /// is preempted (its blocks return to the pool) and the step is planned again without it,
 /// until it fits. A prompt chunk that finds no block free waits for a later step rather than
 /// preempting anyone; a step that could feed nothing preempts the newest too, so the oldest
-/// sequence always progresses.
-pub fn plan_step(running: &[SeqView], token_budget: usize, free_blocks: usize) -> StepPlan {
+/// sequence always progresses. A prompt chunk is also cut to what its attention leaves of the
+/// budget (see [`StepBudget::attention_equiv`]), never below one token.
+pub fn plan_step_with(running: &[SeqView], budget: StepBudget, free_blocks: usize) -> StepPlan {
+    let (token_budget, equiv) = (budget.tokens, budget.attention_equiv);
     let mut alive: Vec<usize> = (0..running.len()).collect();
     let mut preempt = Vec::new();
     let mut free = free_blocks;
@@ -71,12 +129,13 @@ pub fn plan_step(running: &[SeqView], token_budget: usize, free_blocks: usize) -
                 // As many tokens as the budget allows and the sequence's blocks plus the free
                 // ones can hold.
                 let room = (s.blocks + left) * BLOCK_TOKENS - s.cached;
-                let chunk = s.prefill_left.min(budget).min(room);
+                let most = s.prefill_left.min(budget).min(room);
+                let chunk = affordable_chunk(s.cached, most, budget, equiv).max(most.min(1));
                 if chunk == 0 {
                     continue;
                 }
                 left -= new_blocks(i, chunk);
-                budget -= chunk;
+                budget = budget.saturating_sub(chunk_cost(s.cached, chunk, equiv).ceil() as usize);
                 feeds.push((i, chunk));
             }
             if !feeds.is_empty() || alive.len() <= 1 {
@@ -118,6 +177,56 @@ pub fn admissible(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chunk_deep_into_a_long_prompt_is_cut_to_what_its_attention_leaves() {
+        let prompt = |cached: usize, left: usize| SeqView {
+            cached,
+            blocks: blocks_for(cached),
+            reclaimable: blocks_for(cached),
+            prefill_left: left,
+        };
+        let budget = StepBudget { tokens: 512, attention_equiv: 4096 };
+        // At the start of a prompt attention is cheap: nearly the whole budget.
+        let early = plan_step_with(&[prompt(0, 8000)], budget, 1000);
+        assert!(early.feeds[0].1 > 450, "{early:?}");
+        // 6000 tokens in, each token also attends to 6000 others: about 2.5x the work.
+        let deep = plan_step_with(&[prompt(6000, 2000)], budget, 1000);
+        let n = deep.feeds[0].1;
+        assert!((190..=215).contains(&n), "{deep:?}");
+        assert!(chunk_cost(6000, n, 4096) <= 512.0 && chunk_cost(6000, n + 1, 4096) > 512.0);
+        // Without the attention term, tokens alone count.
+        assert_eq!(plan_step(&[prompt(6000, 2000)], 512, 1000).feeds[0].1, 512);
+        // Decodes keep their token whatever the context, and a chunk never drops to zero.
+        let decoding = SeqView { cached: 7000, blocks: blocks_for(7001), reclaimable: 1, prefill_left: 0 };
+        let tight = plan_step_with(
+            &[decoding, prompt(8000, 100)],
+            StepBudget { tokens: 2, attention_equiv: 4096 },
+            100,
+        );
+        assert_eq!(tight.feeds, vec![(0, 1), (1, 1)]);
+    }
+
+    #[test]
+    fn the_attention_equivalent_of_the_test_model_is_a_few_thousand_positions() {
+        let cfg = crate::model::LlamaConfig {
+            architecture: "llama".into(),
+            name: None,
+            layers: 30,
+            embedding: 576,
+            feed_forward: 1536,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            context_length: 8192,
+            rope_base: 100_000.0,
+            rms_eps: 1e-5,
+            vocab_size: 49152,
+        };
+        // SmolLM2-135M: about 134M multiply-adds of weights per token, 35k per position.
+        let e = attention_equivalent(&cfg);
+        assert!((3000..5000).contains(&e), "{e}");
+    }
 
     const fn decoding(cached: usize) -> SeqView {
         let blocks = cached.div_ceil(BLOCK_TOKENS);
