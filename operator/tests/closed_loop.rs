@@ -463,6 +463,12 @@ async fn the_sla_loop_holds_a_step_in_a_cluster_with_no_request_lost() {
         replica_moves <= 3 && replica_moves + batch_moves <= 6,
         "{replica_moves} replica and {batch_moves} batch changes:\n{summary}"
     );
+    // Precision stays at (and so comes back to) the preferred tier through the step: replicas
+    // and batch carry it, and nothing degrades.
+    assert!(
+        step_samples.iter().all(|s| s.tier == "native"),
+        "the tier left native during the step:\n{summary}"
+    );
     // kubectl's columns showed the observed P95s while there was load.
     assert!(
         rows.iter().any(|(t, row)| *t < step_end && row.get(4).is_some_and(|c| !c.starts_with('-'))),
