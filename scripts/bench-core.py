@@ -2,7 +2,8 @@
 """Model-core benchmark, Pacer against llama.cpp side by side in one run, same thread count,
 same token ids, same GGUF weights at each tier.
 
-Per tier it measures prefill tok/s (128- and 512-token prompts, one sequence), and decode
+Per tier it measures prefill tok/s (128- and 512-token prompts by default, `--prefill` for
+others; one sequence, llama.cpp in micro-batches of 512 as llama-bench does), and decode
 tok/s at batch sizes 1, 4, 8, 16 (aggregate over the batch; each sequence has a 32-token
 context), alternating engines per tier so machine noise hits both alike. Prints a Markdown
 table with Pacer/llama.cpp ratios and writes the raw figures as JSON.
@@ -66,7 +67,10 @@ class LlamaCpp:
     def prefill(self, tokens):
         self.clear()
         t = time.perf_counter()
-        self.decode([(tok, i, 0, i == len(tokens) - 1) for i, tok in enumerate(tokens)])
+        entries = [(tok, i, 0, i == len(tokens) - 1) for i, tok in enumerate(tokens)]
+        # In micro-batches of 512, as llama-bench -p does with its default n_ubatch.
+        for i in range(0, len(entries), 512):
+            self.decode(entries[i : i + 512])
         return len(tokens) / (time.perf_counter() - t)
 
     def batched_decode(self, b, context, steps):
@@ -91,7 +95,8 @@ def _quiet(level, text, user_data):
 
 def bench_llama(path, threads, prefill, batches, context, steps, repeats):
     L.llama_log_set(_quiet, ctypes.c_void_p(0))
-    eng = LlamaCpp(path, threads, n_ctx=max(2048, max(batches) * (context + steps + 1)), n_seq=max(batches))
+    n_ctx = max(2048, max(prefill) + 1, max(batches) * (context + steps + 1))
+    eng = LlamaCpp(path, threads, n_ctx=n_ctx, n_seq=max(batches))
     eng.prefill(synthetic_tokens(16, 99, eng.vocab))  # warm-up
     figs = []
     for n in prefill:
@@ -119,9 +124,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--prefill", default="128,512", help="prompt lengths, e.g. 2048,4096,8000")
+    ap.add_argument("--batches", default="1,4,8,16", help="decode batch sizes")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
-    prefill, batches, context = [128, 512], [1, 4, 8, 16], 32
+    prefill = [int(n) for n in args.prefill.split(",")]
+    batches, context = [int(b) for b in args.batches.split(",")], 32
     results = []
     tiers = args.tiers.split(",")
     for i, tier in enumerate(tiers):
