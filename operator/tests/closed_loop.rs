@@ -8,7 +8,8 @@
 //!
 //! The scenario: `config/local.yaml` (windows shortened as in local mode's test) under a step
 //! of load — up, hold, down — then a tier rollout under light load, then an engine process
-//! killed. Its timeline (SVG, PNG and JSON) goes to `PACER_CLOSED_LOOP_OUT`, else a temporary
+//! killed. The batch sizes the operator sets must reach the engines live (their info gauge, as
+//! Prometheus scraped it). Its timeline (SVG, PNG and JSON) goes to `PACER_CLOSED_LOOP_OUT`, else a temporary
 //! directory; `scripts/closed-loop.sh` runs it and keeps the picture.
 
 #![allow(clippy::unwrap_used)]
@@ -469,6 +470,21 @@ async fn the_sla_loop_holds_a_step_in_a_cluster_with_no_request_lost() {
         step_samples.iter().all(|s| s.tier == "native"),
         "the tier left native during the step:\n{summary}"
     );
+    // Every batch size the operator set reached the engines without a restart (ConfigMap →
+    // the agent's atomic swap → the engine's settings watch): their own info gauge said so, as
+    // Prometheus scraped it.
+    let mut batches: Vec<u32> = step_samples.iter().map(|s| s.max_batch_size).collect();
+    batches.dedup();
+    for b in batches {
+        let q = format!(
+            "max_over_time(pacer_engine_info{{namespace=\"{NS}\",inferenceservice=\"{NAME}\",max_batch_size=\"{b}\"}}[15m])"
+        );
+        let seen = prometheus.query(&q, None).await;
+        assert!(
+            seen.iter().any(|(_, v)| *v == 1.0),
+            "no engine reported max_batch_size {b}: {q} -> {seen:?}\n{summary}"
+        );
+    }
     // kubectl's columns showed the observed P95s while there was load.
     assert!(
         rows.iter().any(|(t, row)| *t < step_end && row.get(4).is_some_and(|c| !c.starts_with('-'))),
