@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{OPERATOR, apply_yaml, helm, repo_file, text};
+use common::{OPERATOR, apply_yaml, helm, model, repo_file, text};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -39,17 +39,6 @@ use std::time::{Duration, Instant};
 const NS: &str = "serving";
 const NAME: &str = "smollm2-local";
 
-fn model() -> PathBuf {
-    std::env::var_os("PACER_MODEL")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let home = std::env::var_os("HOME")?;
-            Some(PathBuf::from(home).join(".cache/pacer/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        })
-        .filter(|p| p.is_file())
-        .expect("model not found: run scripts/fetch-model.sh or set PACER_MODEL")
-}
-
 /// The InferenceService of local mode, with the short windows of local mode's test so the loop
 /// acts within the scenario.
 fn spec_yaml() -> String {
@@ -59,6 +48,24 @@ fn spec_yaml() -> String {
         .replace("evaluationInterval: 10s", "evaluationInterval: 5s")
         .replace("scaleUpStabilization: 20s", "scaleUpStabilization: 5s")
         .replace("scaleDownStabilization: 40s", "scaleDownStabilization: 10s")
+}
+
+/// Polls `check` every `every` until it returns `Some`; `None` after `secs` (the caller says
+/// what failed, with the logs that explain it).
+async fn within<T, Fut: Future<Output = Option<T>>>(
+    secs: u64,
+    every: Duration,
+    mut check: impl FnMut() -> Fut,
+) -> Option<T> {
+    let polling = async {
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            tokio::time::sleep(every).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(secs), polling).await.ok()
 }
 
 /// What the InferenceService said at one moment.
@@ -206,17 +213,12 @@ async fn the_sla_loop_holds_a_step_in_a_cluster_with_no_request_lost() {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True")
     };
-    let operator_pod = tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            let pods = system_pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-            if let Some(pod) = pods.into_iter().find(|p| ready(p)) {
-                return pod;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+    let operator_pod = within(120, Duration::from_millis(250), || async {
+        let pods = system_pods.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        pods.into_iter().find(|p| ready(p))
     })
     .await
-    .unwrap_or_else(|_| panic!("the operator pod never got Ready:\n{}", agent.log_tails(20)));
+    .unwrap_or_else(|| panic!("the operator pod never got Ready:\n{}", agent.log_tails(20)));
 
     // The model on a PersistentVolume, claimed as `models` (the agent serves that claim from
     // the host folder of the model file).
@@ -243,16 +245,17 @@ async fn the_sla_loop_holds_a_step_in_a_cluster_with_no_request_lost() {
     let operator_log = || {
         std::fs::read_to_string(agent.log_path("pacer-system", &operator_pod.name_any())).unwrap_or_default()
     };
-    let ready_one = tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            if isvcs.get(NAME).await.is_ok_and(|i| i.status.and_then(|s| s.ready_replicas) == Some(1)) {
-                return;
+    let replicas_are = |field: fn(&pacer_crds::InferenceServiceStatus) -> Option<i32>, n: i32| {
+        let isvcs = isvcs.clone();
+        move || {
+            let isvcs = isvcs.clone();
+            async move {
+                isvcs.get(NAME).await.ok()?.status.as_ref().and_then(field).filter(|r| *r == n).map(|_| ())
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
-    })
-    .await;
-    assert!(ready_one.is_ok(), "the engine never got ready:\n{}", agent.log_tails(20));
+    };
+    let ready_one = within(120, Duration::from_millis(500), replicas_are(|s| s.ready_replicas, 1)).await;
+    assert!(ready_one.is_some(), "the engine never got ready:\n{}", agent.log_tails(20));
     eventually(60, "Prometheus to scrape the engine pod", || {
         let prometheus = &prometheus;
         async move {
@@ -305,15 +308,7 @@ async fn the_sla_loop_holds_a_step_in_a_cluster_with_no_request_lost() {
     load::drive(service_url.clone(), "smollm2".into(), step.clone(), records.clone(), stop.clone()).await;
     let step_records = records.snapshot();
     // Back to one replica once the light load has lasted (stabilization, then headroom).
-    let back = tokio::time::timeout(Duration::from_secs(120), async {
-        loop {
-            if isvcs.get(NAME).await.is_ok_and(|i| i.status.and_then(|s| s.replicas) == Some(1)) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-    })
-    .await;
+    let back = within(120, Duration::from_secs(1), replicas_are(|s| s.replicas, 1)).await;
     let step_end = epoch.elapsed().as_secs_f64();
 
     // 2. A tier rollout under light load: q8_0 becomes the only allowed tier.
@@ -438,7 +433,7 @@ async fn the_sla_loop_holds_a_step_in_a_cluster_with_no_request_lost() {
     eprintln!("{summary}\nevents:\n{}\nout: {}", events.join("\n"), out.display());
 
     // The verdicts.
-    assert!(back.is_ok(), "replicas did not come back to 1 after the step:\n{summary}");
+    assert!(back.is_some(), "replicas did not come back to 1 after the step:\n{summary}");
     let up =
         samples.iter().position(|s| s.replicas == 2).unwrap_or_else(|| panic!("never scaled up:\n{summary}"));
     // SLAMet returns to True after the step up. The planner's promise (docs/planner.md): for

@@ -3,6 +3,9 @@
 //! across a scale-in, a tier rollout or a replica's crash (which is detected and replaced);
 //! SIGINT leaves no engine process and frees the ports, and even SIGKILL leaves no engine.
 
+mod common;
+
+use common::model;
 use pacer_bench::client::{self, Endpoint, Target};
 use pacer_bench::metrics::RequestRecord;
 use pacer_crds::Tier;
@@ -14,17 +17,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-fn model() -> PathBuf {
-    std::env::var_os("PACER_MODEL")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let home = std::env::var_os("HOME")?;
-            Some(PathBuf::from(home).join(".cache/pacer/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        })
-        .filter(|p| p.is_file())
-        .expect("model not found: run scripts/fetch-model.sh or set PACER_MODEL")
-}
 
 /// `pacer-engine` from the same target folder as this test (`target/release/deps/..`).
 fn engine() -> PathBuf {

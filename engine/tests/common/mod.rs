@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)]
 
+pub mod http;
+
 use pacer_engine::{LoadedModel, Tier};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -58,6 +58,18 @@ pub fn text(out: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
+/// The real model: `PACER_MODEL`, else the file `scripts/fetch-model.sh` caches.
+pub fn model() -> PathBuf {
+    std::env::var_os("PACER_MODEL")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let home = std::env::var_os("HOME")?;
+            Some(PathBuf::from(home).join(".cache/pacer/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        })
+        .filter(|p| p.is_file())
+        .expect("model not found: run scripts/fetch-model.sh or set PACER_MODEL")
+}
+
 pub fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }

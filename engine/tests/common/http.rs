@@ -1,0 +1,76 @@
+//! The server over real HTTP: a started `pacer-engine serve` on a free loopback port, and the
+//! requests and SSE parsing the server tests share.
+#![allow(dead_code)]
+#![allow(clippy::unwrap_used)]
+
+use pacer_engine::Tier;
+use pacer_engine::scheduler::BatchSettings;
+use pacer_engine::server::{self, ServeConfig};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+pub const MODEL: &str = "smol";
+
+pub fn config() -> ServeConfig {
+    ServeConfig {
+        served_name: MODEL.into(),
+        api_key: None,
+        settings: BatchSettings::default(),
+        settings_file: None,
+        max_waiting: 64,
+        kv_cache_tokens: 8192,
+        prefix_caching: true,
+        drain_timeout: Duration::from_secs(30),
+        max_body_bytes: 1 << 20,
+        header_timeout: Duration::from_secs(10),
+        body_timeout: Duration::from_secs(30),
+        max_connections: 64,
+        log_prompts: false,
+    }
+}
+
+/// Starts a server on a free loopback port; returns its base URL. It lives until the test's
+/// runtime ends.
+pub async fn start(config: ServeConfig) -> String {
+    let model = super::loaded(Tier::Q4_0);
+    let srv = server::build(model, &config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(server::serve(listener, srv, config.drain_timeout, std::future::pending()));
+    // No kept-alive probe connection: it would hold one of `max_connections` for a while
+    // after this returns (a test of the limit once lost a slot to it).
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    for _ in 0..200 {
+        if client.get(format!("{url}/ready")).send().await.is_ok_and(|r| r.status() == 200) {
+            return url;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("server at {url} never became ready");
+}
+
+pub fn chat(content: &str, max_tokens: usize) -> Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0})
+}
+
+/// The `data:` payloads of an SSE body, in order.
+pub fn sse_data(body: &str) -> Vec<String> {
+    assert!(body.ends_with("\n\n"), "every SSE event ends with a blank line: {body:?}");
+    body.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("not a data event: {e:?}")).to_string())
+        .collect()
+}
+
+pub async fn post(url: &str, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new().post(format!("{url}{path}")).json(body).send().await.unwrap()
+}
+
+pub async fn metric(url: &str, prefix: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no metric line starting with {prefix}"))
+}

@@ -1,0 +1,254 @@
+//! Hostile clients and bad input against the server over real HTTP with the real model: slow
+//! and half-open connections, a connection limit, megabytes of prompt, and malformed or
+//! unsupported requests, each answered with the right status and an OpenAI error body.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::http::{MODEL, config, post, start};
+use pacer_engine::server::ServeConfig;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Slow and hostile clients: a connection that never finishes its headers is closed after
+/// `header_timeout`, a body that never finishes gets a 408 after `body_timeout`, and
+/// connections beyond `max_connections` are closed as they arrive (so 500 half-open
+/// connections cannot hold 500 descriptors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_time_out_and_connections_are_limited() {
+    // Timeouts well above the time the test takes to open its connections, so no slot frees
+    // before the fourth arrives even on a busy machine.
+    let url = start(ServeConfig {
+        header_timeout: Duration::from_secs(3),
+        body_timeout: Duration::from_secs(3),
+        max_connections: 3,
+        ..config()
+    })
+    .await;
+    let address = url.trim_start_matches("http://").to_string();
+    // The readiness probe's connection is closed by now, but the server may not have seen
+    // its end yet; give it a moment so the probe does not hold a slot.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The clients block; they run off the runtime that serves them.
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        use std::net::TcpStream;
+        let connect = || {
+            let s = TcpStream::connect(&address).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s
+        };
+        // Reads until the server closes; returns what it sent and how long that took.
+        let until_closed = |s: &mut TcpStream| {
+            let started = std::time::Instant::now();
+            let mut out = Vec::new();
+            let read = s.read_to_end(&mut out);
+            let text = String::from_utf8_lossy(&out).into_owned();
+            let timed_out = read.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock);
+            assert!(!timed_out, "the server kept the connection open: {text}");
+            (text, started.elapsed())
+        };
+        let mut half_headers = connect();
+        half_headers.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n").unwrap();
+        let mut half_body = connect();
+        half_body
+            .write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"mo")
+            .unwrap();
+        let mut idle = connect();
+        // Three connections are open: the fourth is closed at once, unanswered.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut fourth = connect();
+        let _ = fourth.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n");
+        let (text, took) = until_closed(&mut fourth);
+        assert!(text.is_empty() && took < Duration::from_secs(2), "over the limit: {text:?} after {took:?}");
+
+        let (text, _) = until_closed(&mut half_body);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        assert!(text.contains("\"request_timeout\""), "{text}");
+        let (_, took) = until_closed(&mut half_headers);
+        assert!(took < Duration::from_secs(8), "half-sent headers held the connection {took:?}");
+        let (_, took) = until_closed(&mut idle);
+        assert!(took < Duration::from_secs(8), "an idle connection held {took:?}");
+    })
+    .await
+    .unwrap();
+    // Their descriptors are free again.
+    let r = reqwest::get(format!("{url}/health")).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// Megabytes of prompt are refused by their size before anything tokenizes them, and parsing
+/// and tokenizing run off the HTTP runtime: `/health` keeps answering meanwhile (it froze for
+/// about 9 s behind two such prompts when they were tokenized on the runtime).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_prompt_is_refused_by_size_and_health_keeps_answering() {
+    let url = start(ServeConfig { max_body_bytes: 16 << 20, ..config() }).await;
+    let huge = json!({"model": MODEL, "prompt": "word ".repeat(800_000), "max_tokens": 1});
+    let chat = json!({"model": MODEL, "messages": [{"role": "user", "content": "word ".repeat(800_000)}]});
+    let slow = tokio::spawn({
+        let url = url.clone();
+        async move {
+            let (a, b) =
+                tokio::join!(post(&url, "/v1/completions", &huge), post(&url, "/v1/chat/completions", &chat));
+            let (a, b): (Value, Value) = (a.json().await.unwrap(), b.json().await.unwrap());
+            (a, b)
+        }
+    });
+    let client = reqwest::Client::new();
+    let mut slowest = Duration::ZERO;
+    while !slow.is_finished() {
+        let asked = std::time::Instant::now();
+        let r = client.get(format!("{url}/health")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (a, b) = slow.await.unwrap();
+    for (v, param) in [(a, "prompt"), (b, "messages")] {
+        assert_eq!(v["error"]["param"], param, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("4000000 bytes") && message.contains("maximum context length"), "{message}");
+    }
+    assert!(slowest < Duration::from_secs(2), "/health took {slowest:?} while the prompts were checked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_the_right_status_and_an_openai_error_body() {
+    let url = start(ServeConfig { api_key: None, ..config() }).await;
+    let client = reqwest::Client::new();
+    let cases: Vec<(Value, u16, Option<&str>)> = vec![
+        (json!({"model": "gpt-4", "prompt": "hi"}), 404, Some("model")),
+        (json!({"model": MODEL, "prompt": "hi", "n": 2}), 400, Some("n")),
+        (json!({"model": MODEL, "prompt": "hi", "temperature": 5}), 400, Some("temperature")),
+        (json!({"model": MODEL, "prompt": "hi", "top_p": 0}), 400, Some("top_p")),
+        (json!({"model": MODEL, "prompt": "hi", "max_tokens": 100000}), 400, Some("max_tokens")),
+        (json!({"model": MODEL, "prompt": "word ".repeat(9000)}), 400, Some("prompt")),
+        (json!({"model": MODEL, "prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}), 400, Some("stop")),
+        (json!({"model": MODEL, "prompt": ["a", "b"]}), 400, Some("prompt")),
+        (json!({"model": MODEL, "prompt": [1, 999999]}), 400, Some("prompt")),
+        (json!({"model": MODEL}), 400, None),
+    ];
+    for (body, status, param) in cases {
+        let r = post(&url, "/v1/completions", &body).await;
+        assert_eq!(r.status(), status, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+        assert!(v["error"]["type"].is_string(), "{v}");
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{body}");
+        }
+    }
+    let r = post(&url, "/v1/chat/completions", &json!({"model": MODEL, "messages": []})).await;
+    assert_eq!(r.status(), 400);
+    let r = client.post(format!("{url}/v1/completions")).body("{not json").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("invalid request body"));
+    let r = client.post(format!("{url}/v1/completions")).body(vec![b'x'; 2 << 20]).send().await.unwrap();
+    assert_eq!(r.status(), 413, "bodies over the limit are refused");
+    let v: Value = r.json().await.expect("413 has OpenAI's error body");
+    assert_eq!(
+        (&v["error"]["type"], &v["error"]["code"]),
+        (&json!("invalid_request_error"), &json!("request_too_large"))
+    );
+
+    // Errors of the HTTP layer have the same shape: no route, a wrong method.
+    let r = client.get(format!("{url}/v1/nothing")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.expect("404 has OpenAI's error body");
+    assert!(v["error"]["message"].as_str().unwrap().contains("/v1/nothing"), "{v}");
+    let r = client.get(format!("{url}/v1/completions")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert!(r.headers().contains_key("allow"), "405 keeps its Allow header");
+    let v: Value = r.json().await.expect("405 has OpenAI's error body");
+    assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+
+    // A field of the wrong type is named, in JSON's words, not Rust's.
+    for (body, param, words) in [
+        (
+            json!({"model": MODEL, "prompt": "hi", "max_tokens": "ten"}),
+            "max_tokens",
+            "a non-negative integer",
+        ),
+        (
+            json!({"model": MODEL, "prompt": {"text": "hi"}}),
+            "prompt",
+            "a string, a list of one string, or a list of token ids",
+        ),
+        (json!({"model": MODEL, "prompt": "hi", "temperature": "hot"}), "temperature", "a number"),
+        (json!({"model": MODEL, "prompt": "hi", "stop": 7}), "stop", "a string or a list of strings"),
+        (json!({"prompt": "hi"}), "model", "missing field"),
+    ] {
+        let r = post(&url, "/v1/completions", &body).await;
+        assert_eq!(r.status(), 400, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], param, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{message}");
+        for rust in ["usize", "untagged", "f32", "line 1 column"] {
+            assert!(!message.contains(rust), "Rust words in {message:?}");
+        }
+    }
+    let r = post(
+        &url,
+        "/v1/chat/completions",
+        &json!({"model": MODEL, "messages": [{"role": "user", "content": 5}]}),
+    )
+    .await;
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "messages[0].content", "{v}");
+
+    // What the engine does not implement is refused by name, unless neutral.
+    let chat_with = |extra: Value| {
+        let mut body =
+            json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let tool = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
+    for (extra, param) in [
+        (json!({"tools": tool, "tool_choice": "required"}), "tools"),
+        (json!({"tool_choice": "required"}), "tool_choice"),
+        (json!({"response_format": {"type": "json_object"}}), "response_format"),
+        (json!({"logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+        (json!({"top_logprobs": 2}), "top_logprobs"),
+        (json!({"logprobs": 2}), "logprobs"),
+        (json!({"presence_penalty": 0.5}), "presence_penalty"),
+        (json!({"logit_bias": {"42": 10}}), "logit_bias"),
+    ] {
+        let r = post(&url, "/v1/chat/completions", &chat_with(extra.clone())).await;
+        assert_eq!(r.status(), 400, "{extra}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["param"], param, "{v}");
+    }
+    let neutral = json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}, "logprobs": false,
+                         "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u-1"});
+    assert_eq!(post(&url, "/v1/chat/completions", &chat_with(neutral)).await.status(), 200);
+    for (body, param) in [
+        (json!({"model": MODEL, "prompt": "hi", "logprobs": 21}), "logprobs"),
+        (json!({"model": MODEL, "prompt": "hi", "logprobs": true}), "logprobs"),
+        (json!({"model": MODEL, "prompt": "hi", "top_logprobs": 2}), "top_logprobs"),
+    ] {
+        let r = post(&url, "/v1/completions", &body).await;
+        assert_eq!(
+            (r.status().as_u16(), r.json::<Value>().await.unwrap()["error"]["param"].clone()),
+            (400, json!(param)),
+            "{body}"
+        );
+    }
+
+    let keyed = start(ServeConfig { api_key: Some("s3cret".into()), ..config() }).await;
+    let body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 1});
+    assert_eq!(post(&keyed, "/v1/completions", &body).await.status(), 401);
+    let ok = client
+        .post(format!("{keyed}/v1/completions"))
+        .bearer_auth("s3cret")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+}
