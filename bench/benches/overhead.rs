@@ -50,6 +50,7 @@ fn main() {
         api_key: None,
         ignore_eos: false,
         tokenizer: None,
+        keep_alive: false,
     };
     for concurrency in [1, 8, 32] {
         let plan = RunPlan {

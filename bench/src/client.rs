@@ -32,6 +32,29 @@ pub struct Target {
     pub ignore_eos: bool,
     /// Counts tokens locally when the server sends no `usage`.
     pub tokenizer: Option<std::sync::Arc<crate::tokens::TokenCounter>>,
+    /// Reuse idle connections between requests (HTTP keep-alive); see [`http_client`].
+    pub keep_alive: bool,
+}
+
+/// Connection attempts after the first for a request whose connection could not be opened.
+pub const CONNECT_RETRIES: u32 = 3;
+
+/// The HTTP client for `target`.
+///
+/// Without keep-alive every request opens its own connection. Some servers (llama.cpp's
+/// `llama-server`) close a connection a fraction of a millisecond after the last chunk of a
+/// streamed response while announcing `Keep-Alive`; a client that reuses the connection writes
+/// its next request into that instant and sees it fail. Whether the server had read that request
+/// cannot be known from the client's side, so it cannot safely be sent again. A fresh
+/// connection costs one TCP handshake and leaves only failures that are unambiguous: a
+/// connection that could not be opened never carried the request, and [`send`] retries those
+/// ([`CONNECT_RETRIES`]).
+pub fn http_client(target: &Target) -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(if target.keep_alive { 1024 } else { 0 })
+        .tcp_nodelay(true)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
 }
 
 /// The request body for `prompt` and `max_tokens`.
@@ -99,22 +122,26 @@ pub async fn send_with_text(
         Endpoint::Completions => "/v1/completions",
         Endpoint::Chat => "/v1/chat/completions",
     };
-    let mut req = client.post(format!("{}{path}", target.base_url.trim_end_matches('/'))).json(body);
-    if let Some(key) = &target.api_key {
-        req = req.bearer_auth(key);
-    }
-    let mut rec = RequestRecord {
-        scheduled,
-        sent: epoch.elapsed().as_secs_f64(),
-        token_source: TokenSource::Events,
-        ..Default::default()
-    };
-    let resp = match req.send().await {
-        Ok(r) => r,
-        Err(e) => {
-            rec.error = Some(format!("request failed: {e}"));
-            rec.closed = epoch.elapsed().as_secs_f64();
-            return (rec, String::new());
+    let url = format!("{}{path}", target.base_url.trim_end_matches('/'));
+    let mut rec = RequestRecord { scheduled, token_source: TokenSource::Events, ..Default::default() };
+    let resp = loop {
+        let mut req = client.post(&url).json(body);
+        if let Some(key) = &target.api_key {
+            req = req.bearer_auth(key);
+        }
+        rec.sent = epoch.elapsed().as_secs_f64();
+        match req.send().await {
+            Ok(r) => break r,
+            // Only a connection that was never opened is known not to have carried the request.
+            Err(e) if e.is_connect() && rec.retries < CONNECT_RETRIES => {
+                rec.retries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50 << rec.retries)).await;
+            }
+            Err(e) => {
+                rec.error = Some(format!("request failed: {}", error_chain(&e)));
+                rec.closed = epoch.elapsed().as_secs_f64();
+                return (rec, String::new());
+            }
         }
     };
     if !resp.status().is_success() {
@@ -180,6 +207,18 @@ pub async fn send_with_text(
         rec.error = Some("the stream ended without data: [DONE]".into());
     }
     (rec, generated)
+}
+
+/// An error with its causes ("error sending request" alone does not say what happened).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
 }
 
 fn find_event_end(buf: &[u8]) -> Option<usize> {

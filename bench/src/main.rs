@@ -89,6 +89,12 @@ struct Common {
     /// Count output tokens locally (tokenizer.json or a GGUF) when the server sends no usage.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
+    /// Reuse connections between requests (HTTP keep-alive). Off by default: every request
+    /// opens its own connection, so a server that closes a connection right after a streamed
+    /// response (llama.cpp's llama-server does) cannot fail a request it never read. A request
+    /// whose connection cannot be opened is retried; any other failure counts as one.
+    #[arg(long, env = "PACER_BENCH_KEEP_ALIVE")]
+    keep_alive: bool,
     /// The loaded `--tokenizer` (filled in after parsing).
     #[arg(skip)]
     token_counter: Option<std::sync::Arc<pacer_bench::tokens::TokenCounter>>,
@@ -224,6 +230,7 @@ impl Common {
             api_key: self.api_key.clone(),
             ignore_eos: self.ignore_eos,
             tokenizer: self.token_counter.clone(),
+            keep_alive: self.keep_alive,
         }
     }
 

@@ -43,6 +43,10 @@ pub struct RequestRecord {
     pub token_source: TokenSource,
     /// The error, for a failed request.
     pub error: Option<String>,
+    /// Times the request was sent again because its connection could not be opened (it had
+    /// never reached the server). Nothing else is retried.
+    #[serde(default)]
+    pub retries: u32,
 }
 
 impl RequestRecord {
@@ -189,6 +193,7 @@ mod tests {
             output_tokens: tokens,
             token_source: TokenSource::Usage,
             error: None,
+            retries: 0,
         }
     }
 

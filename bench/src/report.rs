@@ -19,6 +19,7 @@ pub fn report(result: &RunResult, slo: &Slo, config: Value) -> Value {
     m.insert("duration".into(), json!(result.duration));
     m.insert("completed".into(), json!(ok.len()));
     m.insert("failed".into(), json!(rs.len() - ok.len()));
+    m.insert("connect_retries".into(), json!(rs.iter().map(|r| r.retries).sum::<u32>()));
     m.insert("total_input_tokens".into(), json!(in_tokens));
     m.insert("total_output_tokens".into(), json!(out_tokens));
     m.insert("request_throughput".into(), json!(ok.len() as f64 / dur));
@@ -100,6 +101,12 @@ pub fn table(r: &Value) -> String {
         r["failed"],
         f("duration")
     ));
+    if r.get("connect_retries").and_then(Value::as_u64).is_some_and(|n| n > 0) {
+        s.push_str(&format!(
+            "connect retries: {} (connections that could not be opened)\n",
+            r["connect_retries"]
+        ));
+    }
     s.push_str(&format!(
         "throughput: {:.2} req/s, {:.1} output tok/s, {:.1} total tok/s\n",
         f("request_throughput"),

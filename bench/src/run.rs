@@ -76,11 +76,7 @@ pub struct RunResult {
 
 /// Runs `plan` against `target`; `on_done` is called after each measured request (progress).
 pub async fn run(target: &Target, plan: &RunPlan, on_done: impl Fn() + Send + Sync + 'static) -> RunResult {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(1024)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new());
+    let client = client::http_client(target);
     let mut rng = Rng::new(plan.seed);
     let bodies: Vec<serde_json::Value> = (0..plan.requests + plan.warmup)
         .map(|i| match &plan.dataset {

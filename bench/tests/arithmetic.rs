@@ -78,6 +78,7 @@ fn target(url: &str, endpoint: Endpoint) -> Target {
         api_key: None,
         ignore_eos: false,
         tokenizer: None,
+        keep_alive: false,
     }
 }
 

@@ -30,6 +30,7 @@ fn chat_target(url: &str) -> Target {
         api_key: None,
         ignore_eos: true,
         tokenizer: None,
+        keep_alive: false,
     }
 }
 

@@ -147,6 +147,7 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
         api_key: None,
         ignore_eos: true,
         tokenizer: None,
+        keep_alive: false,
     };
     let clients: Vec<tokio::task::JoinHandle<Vec<RequestRecord>>> = (0..2)
         .map(|k| {

@@ -85,6 +85,7 @@ async fn percentiles_counts_and_rates_of_real_engines() {
         api_key: None,
         ignore_eos: true,
         tokenizer: None,
+        keep_alive: false,
     };
     let sent = 24;
     let plan = RunPlan {
@@ -350,6 +351,7 @@ async fn the_local_source_agrees_with_prometheus_on_the_same_engines() {
         api_key: None,
         ignore_eos: true,
         tokenizer: None,
+        keep_alive: false,
     };
     let (ta, tb) = (target(&a), target(&b));
     let (pa, pb) = (plan(5), plan(6));

@@ -110,12 +110,10 @@ pub async fn drive(
         api_key: None,
         ignore_eos: true,
         tokenizer: None,
+        // Pacer's own router keeps connections open as it announces.
+        keep_alive: true,
     };
-    let http = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(256)
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new());
+    let http = client::http_client(&target);
     let mut rng = Rng::new(profile.seed ^ 0x5eed);
     let epoch = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();

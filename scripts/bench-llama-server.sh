@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Serving benchmark against llama.cpp's C++ llama-server (see scripts/bench-llama-server.py):
+# builds Pacer and pacer-bench in release, fetches the model, builds llama-server once (cached),
+# then drives both with pacer-bench. About 35 minutes on 2 cores with the defaults.
+#   scripts/bench-llama-server.sh [--rounds 3] [--concurrency 1,4,8,16,32] [--settings on,off]
+#                                 [--workloads distinct,shared] [--json-out FILE]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer}"
+model=$("$root/scripts/fetch-model.sh")
+# llama.cpp's own q4_0 quantization of the weights (its repacked AVX2 kernels need q4_0).
+[ -f "$cache/ref/SmolLM2-135M-Instruct.q4_0.gguf" ] || "$root/scripts/make-reference.sh" >&2
+llama=$("$root/scripts/reference/build-llama-server.sh")
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
+(cd "$root" && cargo build --release --locked -q -p pacer-engine -p pacer-bench)
+python3 "$root/scripts/bench-llama-server.py" --pacer "$CARGO_TARGET_DIR/release/pacer-engine" \
+  --bench "$CARGO_TARGET_DIR/release/pacer-bench" --llama-bin "$llama" --model "$model" \
+  --llama-model "$cache/ref/SmolLM2-135M-Instruct.q4_0.gguf" "$@"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's own C++ tools (llama-server, llama-bench, llama-batched-bench) into Pacer's
+# cache and prints the folder that holds them. The source is the llama.cpp that the PyPI sdist of
+# llama-cpp-python vendors (the same version scripts/reference/setup-llama-cpp.sh builds), so the
+# serving and model-core comparisons run one llama.cpp. Used only for benchmarks; CI never needs it.
+#
+# On CPUs with AMX, llama.cpp's AMX quantized matmul crashes, so AMX code generation is off.
+set -euo pipefail
+cache="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer}"
+version="0.3.36"
+sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+url="https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$version.tar.gz"
+out="$cache/ref/llama.cpp-$version"
+tools="llama-server llama-bench llama-batched-bench"
+if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -x "$out/bin/llama-batched-bench" ]; then
+  echo "$out/bin"
+  exit 0
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+echo "fetching llama-cpp-python $version's sdist (it vendors llama.cpp)" >&2
+curl -fsSL --retry 3 -o "$work/src.tar.gz" "$url"
+echo "$sha256  $work/src.tar.gz" | sha256sum -c --quiet
+tar -xzf "$work/src.tar.gz" -C "$work"
+src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+echo "building $tools (about 10 minutes on 2 cores)" >&2
+no_amx="-mno-amx-int8 -mno-amx-tile -mno-amx-bf16"
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_EXAMPLES=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF \
+  -DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx" >&2
+# shellcheck disable=SC2086
+cmake --build "$work/build" -j "$(nproc)" --target $tools >&2
+mkdir -p "$out/bin"
+for t in $tools; do cp "$work/build/bin/$t" "$out/bin/"; done
+echo "$out/bin"
