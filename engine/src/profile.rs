@@ -365,19 +365,14 @@ fn fill_context(
     debug_assert!(seq.is_empty() && len <= template.len());
     kv.reserve(seq, len)?;
     let hd = model.config.head_dim;
+    let mut key = vec![0f32; hd];
     for layer in 0..kv.layers() {
         for head in 0..model.config.kv_heads {
-            let (keys, values): (Vec<f32>, Vec<f32>) = kv.blocks_of(layer, template, head, len).fold(
-                (Vec::new(), Vec::new()),
-                |(mut k, mut v), (bk, bv)| {
-                    k.extend_from_slice(bk);
-                    v.extend_from_slice(bv);
-                    (k, v)
-                },
-            );
+            let values: Vec<f32> =
+                kv.blocks_of(layer, template, head, len).flat_map(|b| b.values.iter().copied()).collect();
             for pos in 0..len {
-                let at = pos * hd..(pos + 1) * hd;
-                kv.write(layer, seq, pos, head, &keys[at.clone()], &values[at]);
+                kv.read_key(layer, template, pos, head, &mut key);
+                kv.write(layer, seq, pos, head, &key, &values[pos * hd..(pos + 1) * hd]);
             }
         }
     }

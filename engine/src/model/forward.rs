@@ -5,10 +5,10 @@
 //! own position).
 
 use super::Model;
-use super::kv::{KvCache, SeqCache};
+use super::kv::{KvBlock, KvCache, SeqCache};
 use crate::error::EngineError;
 use crate::kernels::{
-    add_in_place, axpy, axpy4, dot, dot4, matmul, rms_norm, rope_in_place, silu_mul, softmax_in_place,
+    TILE, add_in_place, matmul, pv_tile, rms_norm, rope_in_place, score_tile, silu_mul, softmax_in_place,
 };
 use rayon::prelude::*;
 
@@ -230,66 +230,63 @@ struct AttentionInputs<'a> {
 }
 
 impl AttentionInputs<'_> {
-    /// Per query row: scores against every visible key, softmax, weighted sum of values.
-    /// Rows go four at a time so each key and value vector is loaded once for four queries,
-    /// but every row's arithmetic is exactly that of a lone decode row ([`dot4`] equals four
-    /// [`dot`]s bit for bit). So a sequence's logits do not depend on how its prompt was
-    /// chunked or what else shared the step, and greedy output is the same batched or alone.
+    /// Per query row: scores against every visible key, softmax, weighted sum of values, four
+    /// rows at a time and one KV block (16 keys) per tile. The score tile broadcasts each query
+    /// dimension against the block's transposed keys, and the value tile keeps four rows'
+    /// outputs in registers across the block, so neither needs a horizontal sum nor a store
+    /// per key. Every row's arithmetic is still exactly that of a lone decode row: a score is
+    /// summed over dimensions in order, an output over keys in order, and the tiles never mix
+    /// rows (see [`score_tile`], [`pv_tile`]). So a sequence's logits do not depend on how its
+    /// prompt was chunked or what else shared the step, and greedy output is the same batched
+    /// or alone.
     fn attend<'q>(&self, g: usize, nq: usize, q_row: impl Fn(usize, usize) -> &'q [f32]) -> Vec<f32> {
         let hd = self.hd;
         let scale = 1.0 / (hd as f32).sqrt();
         let rows = self.group * nq;
         let mut out = vec![0f32; rows * hd];
+        // The last query sees the most keys; every row reads a prefix of these blocks.
+        let blocks: Vec<KvBlock<'_>> =
+            self.kv.blocks_of(self.layer, self.cache, g, self.start + nq).collect();
         let mut scores: [Vec<f32>; 4] = Default::default();
+        let mut acc = vec![0f32; 4 * hd];
         for r0 in (0..rows).step_by(4) {
             let n = (rows - r0).min(4);
-            let qs: Vec<&[f32]> = (r0..r0 + n).map(|r| q_row(r / nq, r % nq)).collect();
-            let visible: Vec<usize> = (r0..r0 + n).map(|r| self.start + r % nq + 1).collect();
+            // A tile short of four rows repeats its last row; the copies' results are dropped.
+            let row = |i: usize| r0 + i.min(n - 1);
+            let qs = [
+                q_row(row(0) / nq, row(0) % nq),
+                q_row(row(1) / nq, row(1) % nq),
+                q_row(row(2) / nq, row(2) % nq),
+                q_row(row(3) / nq, row(3) % nq),
+            ];
+            let visible = [0, 1, 2, 3].map(|i| self.start + row(i) % nq + 1);
             let longest = visible.iter().copied().max().unwrap_or(0);
-            // Scores for all four rows up to the longest visible length; each row then keeps
-            // its own prefix (a row never reads keys past its position).
-            for s in &mut scores[..n] {
+            let used = longest.div_ceil(TILE);
+            for s in &mut scores {
                 s.clear();
             }
-            for (keys, _) in self.kv.blocks_of(self.layer, self.cache, g, longest) {
-                for k in keys.chunks_exact(hd) {
-                    if n == 4 {
-                        let d = dot4([qs[0], qs[1], qs[2], qs[3]], k);
-                        for (s, d) in scores.iter_mut().zip(d) {
-                            s.push(d * scale);
-                        }
-                    } else {
-                        for (s, q) in scores.iter_mut().zip(&qs) {
-                            s.push(dot(q, k) * scale);
-                        }
-                    }
+            let mut tile = [[0f32; TILE]; 4];
+            for b in &blocks[..used] {
+                score_tile(qs, b.keys_t, &mut tile);
+                for (s, t) in scores.iter_mut().zip(&tile) {
+                    s.extend(t.iter().map(|x| x * scale));
                 }
             }
-            for (s, &v) in scores[..n].iter_mut().zip(&visible) {
+            // Each row keeps its own visible prefix; the weights past it are zero, so the value
+            // tile adds nothing for them.
+            for (s, &v) in scores.iter_mut().zip(&visible) {
                 s.truncate(v);
                 softmax_in_place(s);
+                s.resize(used * TILE, 0.0);
             }
-            let block = &mut out[r0 * hd..(r0 + n) * hd];
-            let shortest = visible.iter().copied().min().unwrap_or(0);
-            let mut pos = 0;
-            for (_, values) in self.kv.blocks_of(self.layer, self.cache, g, longest) {
-                for v in values.chunks_exact(hd) {
-                    if n == 4 && pos < shortest {
-                        let (o01, o23) = block.split_at_mut(2 * hd);
-                        let (o0, o1) = o01.split_at_mut(hd);
-                        let (o2, o3) = o23.split_at_mut(hd);
-                        let w = [scores[0][pos], scores[1][pos], scores[2][pos], scores[3][pos]];
-                        axpy4(w, v, [o0, o1, o2, o3]);
-                    } else {
-                        for (j, o) in block.chunks_exact_mut(hd).enumerate() {
-                            if pos < visible[j] {
-                                axpy(scores[j][pos], v, o);
-                            }
-                        }
-                    }
-                    pos += 1;
-                }
+            acc.fill(0.0);
+            let (a01, a23) = acc.split_at_mut(2 * hd);
+            let ((a0, a1), (a2, a3)) = (a01.split_at_mut(hd), a23.split_at_mut(hd));
+            for (bi, b) in blocks[..used].iter().enumerate() {
+                let w = |i: usize| &scores[i][bi * TILE..bi * TILE + b.len];
+                pv_tile([w(0), w(1), w(2), w(3)], b.values, [&mut *a0, &mut *a1, &mut *a2, &mut *a3]);
             }
+            out[r0 * hd..(r0 + n) * hd].copy_from_slice(&acc[..n * hd]);
         }
         out
     }

@@ -17,8 +17,23 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
 /// Tokens per KV block. 16 keeps the waste per sequence under one block and each block's
-/// per-head rows (16 × head_dim floats) contiguous for the attention loops.
+/// per-head keys and values (16 × head_dim floats each) contiguous for the attention loops.
+/// Keys are stored transposed within a block (dimension-major: `d · 16 + slot`), the layout
+/// the attention's score tile reads ([`crate::kernels::score_tile`]); values are token-major.
 pub const BLOCK_TOKENS: usize = 16;
+const _: () = assert!(BLOCK_TOKENS == crate::kernels::TILE, "a KV block is one attention tile");
+
+/// One block of a sequence's cache for one layer and KV head.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KvBlock<'a> {
+    /// Keys, transposed: `keys_t[d · BLOCK_TOKENS + slot]`, all `BLOCK_TOKENS` slots (those
+    /// past `len` hold stale numbers and must not be used).
+    pub keys_t: &'a [f32],
+    /// Values of the `len` filled slots, `len × head_dim`.
+    pub values: &'a [f32],
+    /// Filled slots.
+    pub len: usize,
+}
 
 /// A sequence's view of the cache: which blocks hold its tokens and how many tokens it has.
 #[derive(Debug, Default, Clone)]
@@ -261,26 +276,41 @@ impl KvCache {
         k: &[f32],
         v: &[f32],
     ) {
-        let at =
-            self.offset(layer, seq.blocks[pos / BLOCK_TOKENS], head) + (pos % BLOCK_TOKENS) * self.head_dim;
-        self.keys[at..at + self.head_dim].copy_from_slice(k);
+        let block = self.offset(layer, seq.blocks[pos / BLOCK_TOKENS], head);
+        let slot = pos % BLOCK_TOKENS;
+        for (d, &x) in k[..self.head_dim].iter().enumerate() {
+            self.keys[block + d * BLOCK_TOKENS + slot] = x;
+        }
+        let at = block + slot * self.head_dim;
         self.values[at..at + self.head_dim].copy_from_slice(v);
     }
 
-    /// Keys and values of `head` in `layer` for the first `len` tokens of `seq`, as one
-    /// `(keys, values)` pair of slices per block (the last one possibly partial).
+    /// The key of `head` for the token at `pos` of `seq` in `layer`, into `out`.
+    pub(crate) fn read_key(&self, layer: usize, seq: &SeqCache, pos: usize, head: usize, out: &mut [f32]) {
+        let block = self.offset(layer, seq.blocks[pos / BLOCK_TOKENS], head);
+        for (d, o) in out[..self.head_dim].iter_mut().enumerate() {
+            *o = self.keys[block + d * BLOCK_TOKENS + pos % BLOCK_TOKENS];
+        }
+    }
+
+    /// Keys and values of `head` in `layer` for the first `len` tokens of `seq`, one
+    /// [`KvBlock`] per block (the last one possibly partial).
     pub(crate) fn blocks_of<'a>(
         &'a self,
         layer: usize,
         seq: &'a SeqCache,
         head: usize,
         len: usize,
-    ) -> impl Iterator<Item = (&'a [f32], &'a [f32])> + 'a {
+    ) -> impl Iterator<Item = KvBlock<'a>> + 'a {
         let hd = self.head_dim;
         seq.blocks[..len.div_ceil(BLOCK_TOKENS)].iter().enumerate().map(move |(i, &b)| {
             let n = (len - i * BLOCK_TOKENS).min(BLOCK_TOKENS);
             let at = self.offset(layer, b, head);
-            (&self.keys[at..at + n * hd], &self.values[at..at + n * hd])
+            KvBlock {
+                keys_t: &self.keys[at..at + BLOCK_TOKENS * hd],
+                values: &self.values[at..at + n * hd],
+                len: n,
+            }
         })
     }
 
@@ -387,15 +417,19 @@ mod tests {
         let mut s = SeqCache::new();
         kv.reserve(&mut s, 20).unwrap();
         for pos in 0..20 {
-            let k = vec![pos as f32; 32];
+            let k: Vec<f32> = (0..32).map(|d| pos as f32 + d as f32 / 100.0).collect();
             let v = vec![-(pos as f32); 32];
             kv.write(1, &s, pos, 0, &k, &v);
         }
         s.advance(20);
         let blocks: Vec<_> = kv.blocks_of(1, &s, 0, 20).collect();
         assert_eq!(blocks.len(), 2);
-        assert_eq!(blocks[1].0.len(), 4 * 32);
-        assert_eq!(blocks[1].0[0], 16.0);
-        assert_eq!(blocks[1].1[3 * 32], -19.0);
+        assert_eq!((blocks[1].len, blocks[1].values.len(), blocks[1].keys_t.len()), (4, 4 * 32, 16 * 32));
+        // Keys are dimension-major within the block: dimension 5 of token 19 (slot 3).
+        assert_eq!(blocks[1].keys_t[5 * BLOCK_TOKENS + 3], 19.05);
+        assert_eq!(blocks[1].values[3 * 32], -19.0);
+        let mut key = vec![0f32; 32];
+        kv.read_key(1, &s, 19, 0, &mut key);
+        assert_eq!(key[5], 19.05);
     }
 }
