@@ -6,8 +6,8 @@
 const LANES: usize = 16;
 
 /// Pairwise sum of the accumulator lanes, written as halving vector adds (a sequential sum
-/// of 16 lanes costs as much as a 64-wide dot product itself). `dot` and `dot4` share it,
-/// which keeps them bit-identical.
+/// of 16 lanes costs as much as a 64-wide dot product itself). `dot` and the softmax's sum
+/// use it.
 #[inline(always)]
 fn reduce(acc: &[f32; LANES]) -> f32 {
     // Plain loops, not `array::from_fn`, whose helper would be compiled outside the AVX2 copy.
@@ -43,60 +43,10 @@ multiversion! {
 }
 
 multiversion! {
-    /// Four dot products against one shared vector `b`; each result is bit-identical to
-    /// [`dot`]`(a[i], b)` (same lanes, same order), with `b` loaded once for all four.
-    pub fn dot4(a: [&[f32]; 4], b: &[f32]) -> [f32; 4] {
-        let n = b.len();
-        let [a0, a1, a2, a3] = a;
-        let (a0, a1, a2, a3) = (&a0[..n], &a1[..n], &a2[..n], &a3[..n]);
-        let (mut c0, mut c1, mut c2, mut c3) = ([0f32; LANES], [0f32; LANES], [0f32; LANES], [0f32; LANES]);
-        let full = n - n % LANES;
-        // Fixed-length chunks let the compiler drop bounds checks and keep the lanes in vectors.
-        let chunks = a0
-            .chunks_exact(LANES)
-            .zip(a1.chunks_exact(LANES))
-            .zip(a2.chunks_exact(LANES))
-            .zip(a3.chunks_exact(LANES))
-            .zip(b.chunks_exact(LANES));
-        for ((((x0, x1), x2), x3), y) in chunks {
-            for j in 0..LANES {
-                c0[j] = x0[j].mul_add(y[j], c0[j]);
-                c1[j] = x1[j].mul_add(y[j], c1[j]);
-                c2[j] = x2[j].mul_add(y[j], c2[j]);
-                c3[j] = x3[j].mul_add(y[j], c3[j]);
-            }
-        }
-        let mut out = [reduce(&c0), reduce(&c1), reduce(&c2), reduce(&c3)];
-        for (o, x) in out.iter_mut().zip([a0, a1, a2, a3]) {
-            for (x, y) in x[full..].iter().zip(&b[full..]) {
-                *o = x.mul_add(*y, *o);
-            }
-        }
-        out
-    }
-}
-
-multiversion! {
     /// `y += a · x`.
     pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
         for (y, x) in y.iter_mut().zip(x) {
             *y = a.mul_add(*x, *y);
-        }
-    }
-}
-
-multiversion! {
-    /// Four [`axpy`]s sharing `x`: `y[i] += a[i] · x`, each bit-identical to its own `axpy`.
-    pub fn axpy4(a: [f32; 4], x: &[f32], y: [&mut [f32]; 4]) {
-        let [y0, y1, y2, y3] = y;
-        let n = x.len();
-        let (y0, y1, y2, y3) = (&mut y0[..n], &mut y1[..n], &mut y2[..n], &mut y3[..n]);
-        for i in 0..n {
-            let v = x[i];
-            y0[i] = a[0].mul_add(v, y0[i]);
-            y1[i] = a[1].mul_add(v, y1[i]);
-            y2[i] = a[2].mul_add(v, y2[i]);
-            y3[i] = a[3].mul_add(v, y3[i]);
         }
     }
 }
@@ -294,17 +244,6 @@ mod tests {
         let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.5).collect();
         let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
         assert!((dot(&a, &b) - want).abs() < 1e-3);
-    }
-
-    #[test]
-    fn dot4_is_bit_identical_to_four_dots() {
-        let rows: Vec<Vec<f32>> =
-            (0..4).map(|r| (0..70).map(|i| ((i * 13 + r * 7) % 23) as f32 * 0.37 - 4.1).collect()).collect();
-        let b: Vec<f32> = (0..70).map(|i| (i % 9) as f32 * -0.71 + 2.3).collect();
-        let got = dot4([&rows[0], &rows[1], &rows[2], &rows[3]], &b);
-        for (g, r) in got.iter().zip(&rows) {
-            assert_eq!(g.to_bits(), dot(r, &b).to_bits());
-        }
     }
 
     #[test]

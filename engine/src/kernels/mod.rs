@@ -46,8 +46,7 @@ mod scalar;
 mod x86;
 
 pub use f32_ops::{
-    TILE, add_in_place, axpy, axpy4, dot, dot4, pv_tile, rms_norm, rope_in_place, score_tile, silu_mul,
-    softmax_in_place,
+    TILE, add_in_place, axpy, dot, pv_tile, rms_norm, rope_in_place, score_tile, silu_mul, softmax_in_place,
 };
 pub use matmul::{gemm_bt, matmul};
 pub use quant::{Format, QActivations, Weight, quantize_activations};
