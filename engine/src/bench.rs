@@ -71,7 +71,8 @@ pub fn run(
     let vocab = model.config.vocab_size;
     let max_b = plan.batch_sizes.iter().copied().max().unwrap_or(1);
     let max_len = plan.prefill_lengths.iter().copied().max().unwrap_or(0);
-    let mut kv = model.new_kv_cache((max_b * (plan.decode_context + plan.decode_steps + 1)).max(max_len + 1));
+    let mut kv =
+        model.new_kv_cache((max_b * (plan.decode_context + plan.decode_steps + 1)).max(max_len + 1))?;
     let mut figures = Vec::new();
     // One untimed pass warms caches, page tables and the thread pool.
     let warm = synthetic_tokens(16, 99, vocab);

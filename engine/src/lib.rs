@@ -27,7 +27,7 @@ pub mod threads;
 pub mod tokenizer;
 
 pub use error::EngineError;
-pub use model::{Model, Tier};
+pub use model::{ComputeDevice, Model, Tier};
 pub use tokenizer::Tokenizer;
 
 use std::path::{Path, PathBuf};
@@ -58,11 +58,16 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    /// Reads `path` once and builds model, tokenizer and chat template.
+    /// Reads `path` once and builds model (for the CPU kernels), tokenizer and chat template.
     pub fn open(path: &Path, tier: Tier) -> Result<Self, EngineError> {
+        Self::open_on(path, tier, ComputeDevice::Cpu)
+    }
+
+    /// As [`LoadedModel::open`], with the forward step on `device`.
+    pub fn open_on(path: &Path, tier: Tier, device: ComputeDevice) -> Result<Self, EngineError> {
         let (content, mut reader) = model::read_content(path)?;
         let tokenizer = Tokenizer::from_gguf(&content)?;
-        let model = Model::from_gguf(path, &content, &mut reader, tier)?;
+        let model = Model::from_gguf(path, &content, &mut reader, tier, device)?;
         if tokenizer.vocab_size() != model.config.vocab_size {
             return Err(EngineError::Model(format!(
                 "tokenizer has {} tokens but the embedding has {} rows",

@@ -14,7 +14,7 @@ use pacer_engine::generate::{GenerateRequest, Sequence, run_to_completion};
 use pacer_engine::model::{BLOCK_TOKENS, KvCache, Model, read_content};
 use pacer_engine::profile::{self, ProfilePlan, Progress};
 use pacer_engine::sampling::SamplingParams;
-use pacer_engine::{LoadedModel, Tier, Tokenizer, threads};
+use pacer_engine::{ComputeDevice, LoadedModel, Tier, Tokenizer, threads};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -132,6 +132,23 @@ struct ModelArgs {
     /// Compute threads [default: the CPUs this process may use, after cgroup quota].
     #[arg(long, env = "PACER_THREADS")]
     threads: Option<usize>,
+    /// Where the forward step runs: `cpu` (Pacer's CPU kernels), `cuda` / `cuda:N` (the candle
+    /// backend on GPU N; needs a build with the `cuda` feature), `candle-cpu` (the candle
+    /// backend on the CPU, the GPU code path without a GPU), or `auto`: `cuda:0` when this
+    /// build has the `cuda` feature and a GPU answers, else `cpu`.
+    #[arg(long, env = "PACER_DEVICE", default_value = "auto", value_parser = parse_device)]
+    device: DeviceChoice,
+}
+
+/// `--device`: a device, or `auto`.
+#[derive(Debug, Clone, Copy)]
+enum DeviceChoice {
+    Auto,
+    Exactly(ComputeDevice),
+}
+
+fn parse_device(s: &str) -> Result<DeviceChoice, String> {
+    if s == "auto" { Ok(DeviceChoice::Auto) } else { s.parse().map(DeviceChoice::Exactly) }
 }
 
 impl ModelArgs {
@@ -144,6 +161,13 @@ impl ModelArgs {
             _ => bail!(
                 "no model given: pass --model PATH or set PACER_MODEL (scripts/fetch-model.sh fetches the default)"
             ),
+        }
+    }
+
+    fn device(&self) -> ComputeDevice {
+        match self.device {
+            DeviceChoice::Auto => ComputeDevice::auto(),
+            DeviceChoice::Exactly(d) => d,
         }
     }
 
@@ -249,11 +273,13 @@ fn init_logging(format: LogFormat) {
 fn load(args: &ModelArgs) -> Result<LoadedModel> {
     let path = args.model_path()?;
     let threads = args.init_threads();
-    let loaded =
-        LoadedModel::open(&path, args.tier).with_context(|| format!("loading {}", path.display()))?;
+    let device = args.device();
+    let loaded = LoadedModel::open_on(&path, args.tier, device)
+        .with_context(|| format!("loading {} for --device {device}", path.display()))?;
     tracing::info!(
         model = %path.display(),
         tier = %args.tier,
+        %device,
         threads,
         weight_mib = loaded.model.weight_bytes() as f64 / (1 << 20) as f64,
         load_ms = loaded.model.load_time.as_millis() as u64,
@@ -291,7 +317,7 @@ fn generate(args: GenerateArgs) -> Result<()> {
     let tokens = loaded.tokenizer.encode(&text)?;
     let context = loaded.model.config.context_length;
     let budget = (tokens.len() + max_tokens).min(context);
-    let mut kv = KvCache::new(&loaded.model.config, budget.div_ceil(BLOCK_TOKENS) * BLOCK_TOKENS);
+    let mut kv = loaded.model.new_kv_cache(budget.div_ceil(BLOCK_TOKENS) * BLOCK_TOKENS)?;
     let request = GenerateRequest {
         prompt: tokens,
         max_tokens,
@@ -392,7 +418,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
     let BenchArgs { model: margs, prefill, batch, decode_steps, repeats, json } = args;
     let path = margs.model_path()?;
     let threads = margs.init_threads();
-    let model = Model::load(&path, margs.tier)?;
+    let model = Model::load_on(&path, margs.tier, margs.device())?;
     let plan = BenchPlan {
         prefill_lengths: prefill,
         batch_sizes: batch,
@@ -414,6 +440,7 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
         let out = serde_json::json!({
             "engine": "pacer",
             "tier": margs.tier,
+            "device": model.device.to_string(),
             "threads": threads,
             "weight_bytes": model.weight_bytes(),
             "load_seconds": model.load_time.as_secs_f64(),
@@ -422,8 +449,9 @@ fn bench_cmd(args: BenchArgs) -> Result<()> {
         println!("{out}");
     } else {
         println!(
-            "tier {} | threads {threads} | weights {:.1} MiB | load {:.0} ms",
+            "tier {} | device {} | threads {threads} | weights {:.1} MiB | load {:.0} ms",
             margs.tier,
+            model.device,
             model.weight_bytes() as f64 / (1 << 20) as f64,
             model.load_time.as_secs_f64() * 1e3
         );
@@ -443,6 +471,11 @@ fn profile_cmd(args: ProfileArgs) -> Result<()> {
     // Fail on an unwritable destination now, not after minutes of measuring.
     let file = std::fs::File::create(&out)
         .with_context(|| format!("cannot write the profile to {}", out.display()))?;
+    // The profile's step-time model (and its KV copying) is the CPU kernels'; the candle
+    // backend has no profile yet, so a GPU pod's planner works from observed metrics alone.
+    if let DeviceChoice::Exactly(d @ (ComputeDevice::CandleCpu | ComputeDevice::Cuda(_))) = margs.device {
+        bail!("profile measures the CPU kernels only; --device {d} is not supported by profile");
+    }
     let threads = margs.init_threads();
     let plan = if quick { ProfilePlan::quick() } else { ProfilePlan::full() };
     let bar = indicatif::ProgressBar::new_spinner();

@@ -314,7 +314,10 @@ pub fn compare_tiers(
     tokens: &[u32],
     mut progress: impl FnMut(),
 ) -> Result<Quality, EngineError> {
-    let mut runs = [reference, model].map(|m| (m, m.new_kv_cache(tokens.len() + 1), SeqCache::new()));
+    let mut runs = Vec::with_capacity(2);
+    for m in [reference, model] {
+        runs.push((m, m.new_kv_cache(tokens.len() + 1)?, SeqCache::new()));
+    }
     let (mut agree, mut kl) = (0usize, 0.0);
     for token in tokens {
         let mut logits = Vec::with_capacity(2);
@@ -447,7 +450,7 @@ pub fn measure_steps(
     let block = crate::model::BLOCK_TOKENS;
     let per_row = (max_context + repeats + 1).div_ceil(block) * block;
     let kv_tokens = (max_context + block) + max_rows * per_row + max_chunk + block;
-    let mut kv = model.new_kv_cache(kv_tokens);
+    let mut kv = model.new_kv_cache(kv_tokens)?;
     // One sequence really prefilled to the longest context; the rows copy its cache.
     let mut template = SeqCache::new();
     let prompt = synthetic_tokens(max_context, 5, model.config.vocab_size);
@@ -511,7 +514,7 @@ pub fn profile(
     // The first forward pays for page faults in the weights and the KV pool, and for the
     // compute threads' start: what a fresh replica's first request sees.
     let warm = synthetic_tokens(16, 99, model.config.vocab_size);
-    let mut kv = model.new_kv_cache(warm.len());
+    let mut kv = model.new_kv_cache(warm.len())?;
     let mut seq = SeqCache::new();
     let started = Instant::now();
     model.forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens: &warm, logits: true }])?;

@@ -18,7 +18,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn alone(m: &LoadedModel, tokens: &[u32]) -> Vec<f32> {
-    let mut kv = m.model.new_kv_cache(tokens.len() + 16);
+    let mut kv = m.model.new_kv_cache(tokens.len() + 16).unwrap();
     let mut seq = SeqCache::new();
     m.model
         .forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens, logits: true }])
@@ -50,7 +50,7 @@ fn check_batched_equals_alone(tier: Tier) {
     let m = common::loaded(tier);
     let ps = prompts(&m);
     let single: Vec<Vec<f32>> = ps.iter().map(|p| alone(&m, p)).collect();
-    let mut kv = m.model.new_kv_cache(256);
+    let mut kv = m.model.new_kv_cache(256).unwrap();
     let mut caches: Vec<SeqCache> = ps.iter().map(|_| SeqCache::new()).collect();
     let mut steps: Vec<SeqStep<'_>> =
         caches.iter_mut().zip(&ps).map(|(cache, p)| SeqStep { cache, tokens: p, logits: true }).collect();
@@ -76,7 +76,7 @@ fn mixed_prefill_and_decode_in_one_step_equals_each_alone() {
     let m = common::loaded(Tier::Q4_0);
     let ps = prompts(&m);
     let (a, b) = (&ps[1], &ps[2]);
-    let mut kv = m.model.new_kv_cache(256);
+    let mut kv = m.model.new_kv_cache(256).unwrap();
     // Sequence B is decoding (its prompt minus the last token is already cached) while
     // sequence A prefills from position 0 in the same step.
     let (mut ca, mut cb) = (SeqCache::new(), SeqCache::new());
@@ -107,7 +107,7 @@ fn chunked_prefill_equals_one_shot() {
         let tokens = m.tokenizer.encode(text).unwrap();
         assert!(tokens.len() > 20);
         let whole = alone(&m, &tokens);
-        let mut kv = m.model.new_kv_cache(tokens.len() + 16);
+        let mut kv = m.model.new_kv_cache(tokens.len() + 16).unwrap();
         let mut seq = SeqCache::new();
         let mut last = None;
         for chunk in tokens.chunks(7) {
@@ -181,7 +181,7 @@ fn generate(
     let ctx = m.model.config.context_length;
     let mut seqs: Vec<Sequence> = reqs.into_iter().map(|r| Sequence::new(r, ctx).unwrap()).collect();
     let mut texts = vec![String::new(); seqs.len()];
-    let mut kv = m.model.new_kv_cache(4096);
+    let mut kv = m.model.new_kv_cache(4096).unwrap();
     run_to_completion(&m.model, &m.tokenizer, &mut kv, &mut seqs, chunk, |i, d| texts[i].push_str(&d.text))
         .unwrap();
     assert_eq!(kv.free_tokens(), kv.capacity_tokens(), "finished sequences return their KV blocks");
@@ -242,7 +242,7 @@ fn a_seed_makes_sampling_reproducible() {
 fn a_full_kv_cache_and_an_overlong_prompt_are_errors() {
     let m = common::loaded(Tier::Q4_0);
     let tokens = m.tokenizer.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen").unwrap();
-    let mut kv = m.model.new_kv_cache(16);
+    let mut kv = m.model.new_kv_cache(16).unwrap();
     let mut seq = SeqCache::new();
     let err = m
         .model

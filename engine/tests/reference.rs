@@ -7,12 +7,12 @@
 mod common;
 
 use pacer_engine::model::{SeqCache, SeqStep};
-use pacer_engine::{LoadedModel, Tier};
+use pacer_engine::{ComputeDevice, LoadedModel, Tier};
 
 /// Next-token logits after every prefix of `tokens`, feeding one token per step (which also
 /// exercises the KV cache at every position).
 fn teacher_forced(m: &LoadedModel, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut kv = m.model.new_kv_cache(tokens.len() + 16);
+    let mut kv = m.model.new_kv_cache(tokens.len() + 16).unwrap();
     let mut seq = SeqCache::new();
     tokens
         .iter()
@@ -56,7 +56,24 @@ const LOGIT_TOLERANCE: f32 = 1e-3;
 
 #[test]
 fn f32_logits_match_llama_cpp_teacher_forced() {
-    let m = common::loaded(Tier::F32);
+    check_f32_against_llama_cpp(&common::loaded(Tier::F32), LOGIT_TOLERANCE);
+}
+
+/// The candle backend's device: candle's CPU device here, `PACER_TEST_DEVICE=cuda` on a GPU
+/// machine (`scripts/gpu-check.sh`).
+fn candle_device() -> ComputeDevice {
+    std::env::var("PACER_TEST_DEVICE").map_or(ComputeDevice::CandleCpu, |d| d.parse().unwrap())
+}
+
+/// The candle backend against the same llama.cpp logits. Its f32 matmuls (candle's GEMM, or
+/// cuBLAS) and softmax sum in yet another order than the kernels; measured worst here 2.5e-5
+/// (printed). The same 1e-3 bound holds it to the kernels' standard.
+#[test]
+fn candle_f32_logits_match_llama_cpp_teacher_forced() {
+    check_f32_against_llama_cpp(&common::loaded_on(Tier::F32, candle_device()), LOGIT_TOLERANCE);
+}
+
+fn check_f32_against_llama_cpp(m: &LoadedModel, tolerance: f32) {
     let reference = common::data("logits_reference.json");
     let mut worst = 0f32;
     let mut checked = 0;
@@ -66,7 +83,7 @@ fn f32_logits_match_llama_cpp_teacher_forced() {
             case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let positions = case["positions"].as_array().unwrap();
         assert_eq!(positions.len(), tokens.len());
-        for (p, (logits, want)) in teacher_forced(&m, &tokens).iter().zip(positions).enumerate() {
+        for (p, (logits, want)) in teacher_forced(m, &tokens).iter().zip(positions).enumerate() {
             let want_ids: Vec<u32> =
                 want["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
             let want_logits: Vec<f32> =
@@ -83,29 +100,24 @@ fn f32_logits_match_llama_cpp_teacher_forced() {
             for (&id, &wl) in want_ids.iter().zip(&want_logits) {
                 let d = (logits[id as usize] - wl).abs();
                 worst = worst.max(d);
-                assert!(
-                    d <= LOGIT_TOLERANCE,
-                    "{name} position {p} token {id}: {} vs {wl}",
-                    logits[id as usize]
-                );
+                assert!(d <= tolerance, "{name} position {p} token {id}: {} vs {wl}", logits[id as usize]);
             }
             checked += 1;
         }
     }
-    eprintln!("checked {checked} positions; worst |Δlogit| = {worst:.2e}");
+    eprintln!("{}: checked {checked} positions; worst |Δlogit| = {worst:.2e}", m.model.device);
     assert!(checked > 50);
 }
 
 /// Share of reference positions where `tier`'s top-1 token equals llama.cpp's f32 top-1, and
 /// the largest logit error on the reference's top-10 tokens.
-fn agreement_with_f32_reference(tier: Tier) -> (f64, f32) {
-    let m = common::loaded(tier);
+fn agreement_with_f32_reference(m: &LoadedModel) -> (f64, f32) {
     let reference = common::data("logits_reference.json");
     let (mut agree, mut total, mut worst) = (0usize, 0usize, 0f32);
     for case in reference["cases"].as_array().unwrap() {
         let tokens: Vec<u32> =
             case["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        for (logits, want) in teacher_forced(&m, &tokens).iter().zip(case["positions"].as_array().unwrap()) {
+        for (logits, want) in teacher_forced(m, &tokens).iter().zip(case["positions"].as_array().unwrap()) {
             let top = pacer_engine::sampling::argmax(logits);
             agree += usize::from(u64::from(top) == want["ids"][0].as_u64().unwrap());
             total += 1;
@@ -125,9 +137,27 @@ fn agreement_with_f32_reference(tier: Tier) -> (f64, f32) {
 /// thresholds sit a few points below, so a kernel bug (agreement near chance) fails.
 #[test]
 fn quantized_tiers_stay_close_to_f32() {
+    check_quantized_tiers(ComputeDevice::Cpu);
+}
+
+/// The same bounds on the candle backend, whose quantized matmuls are candle's (ggml-style
+/// blocks; on the CPU device the activations are quantized to 8 bits as llama.cpp does).
+/// Measured here (printed): q8_0 94.2%, native 99.2%, q4_0 70.2%.
+#[test]
+fn candle_quantized_tiers_stay_close_to_f32() {
+    check_quantized_tiers(candle_device());
+}
+
+fn check_quantized_tiers(device: ComputeDevice) {
     for (tier, min_agreement) in [(Tier::Q8_0, 0.9), (Tier::Native, 0.9), (Tier::Q4_0, 0.6)] {
-        let (agreement, worst) = agreement_with_f32_reference(tier);
-        eprintln!("{tier}: top-1 agreement with f32 {:.1}%, worst |Δlogit| {worst:.3}", agreement * 100.0);
-        assert!(agreement >= min_agreement, "{tier}: top-1 agreement {agreement:.3} < {min_agreement}");
+        let (agreement, worst) = agreement_with_f32_reference(&common::loaded_on(tier, device));
+        eprintln!(
+            "{device} {tier}: top-1 agreement with f32 {:.1}%, worst |Δlogit| {worst:.3}",
+            agreement * 100.0
+        );
+        assert!(
+            agreement >= min_agreement,
+            "{device} {tier}: top-1 agreement {agreement:.3} < {min_agreement}"
+        );
     }
 }

@@ -4,8 +4,10 @@
 //! KV cache, which makes the causal mask implicit (a row only sees its own sequence, up to its
 //! own position).
 
-use super::Model;
+use super::candle_backend::SeqRows;
 use super::kv::{KvBlock, KvCache, SeqCache};
+use super::load::Weights;
+use super::{Backend, Model};
 use crate::error::EngineError;
 use crate::kernels::{
     TILE, add_in_place, matmul, pv_tile, rms_norm, rope_in_place, score_tile, silu_mul, softmax_in_place,
@@ -41,8 +43,12 @@ impl Model {
         batch: &mut [SeqStep<'_>],
     ) -> Result<Vec<Option<Vec<f32>>>, EngineError> {
         let cfg = &self.config;
-        let (d, hd) = (cfg.embedding, cfg.head_dim);
-        let (nh, nkv) = (cfg.heads, cfg.kv_heads);
+        if matches!(self.backend, Backend::Candle(_)) != kv.device_storage().is_some() {
+            return Err(EngineError::model(format!(
+                "the KV cache was not made by this model (device {}): use Model::new_kv_cache",
+                self.device
+            )));
+        }
         for s in batch.iter() {
             let end = s.cache.len() + s.tokens.len();
             if end > cfg.context_length {
@@ -62,6 +68,53 @@ impl Model {
             kv.reserve(s.cache, end)?;
         }
 
+        // Only the rows that need logits go through the (large) output head.
+        let mut wanted = Vec::new();
+        let mut rows = 0;
+        for s in batch.iter() {
+            rows += s.tokens.len();
+            if s.logits && !s.tokens.is_empty() {
+                wanted.push(rows - 1);
+            }
+        }
+        let logits = match &self.backend {
+            Backend::Kernels(w) => self.kernel_step(w, kv, batch, &wanted),
+            Backend::Candle(c) => {
+                let storage =
+                    kv.device_storage().ok_or_else(|| EngineError::model("no device KV storage"))?;
+                let seqs: Vec<SeqRows<'_>> = batch
+                    .iter()
+                    .map(|s| SeqRows { table: s.cache.blocks(), start: s.cache.len(), rows: s.tokens.len() })
+                    .collect();
+                let tokens: Vec<u32> = batch.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+                let wanted: Vec<u32> = wanted.iter().map(|&r| r as u32).collect();
+                c.step(cfg, storage, &seqs, &tokens, &wanted)?
+            }
+        };
+
+        let vocab = cfg.vocab_size;
+        let mut out = Vec::with_capacity(batch.len());
+        let mut next = logits.chunks_exact(vocab);
+        for s in batch.iter_mut() {
+            s.cache.advance(s.tokens.len());
+            let wants = s.logits && !s.tokens.is_empty();
+            out.push(if wants { next.next().map(<[f32]>::to_vec) } else { None });
+        }
+        Ok(out)
+    }
+
+    /// The step on the CPU kernels, after the KV blocks are reserved: writes every row's keys
+    /// and values and returns the logits of the `wanted` rows (`wanted.len() × vocab`).
+    fn kernel_step(
+        &self,
+        w: &Weights,
+        kv: &mut KvCache,
+        batch: &[SeqStep<'_>],
+        wanted: &[usize],
+    ) -> Vec<f32> {
+        let cfg = &self.config;
+        let (d, hd) = (cfg.embedding, cfg.head_dim);
+        let (nh, nkv) = (cfg.heads, cfg.kv_heads);
         // Row r of the step belongs to sequence seq_of[r] at position pos_of[r].
         let mut seq_of = Vec::new();
         let mut pos_of = Vec::new();
@@ -76,7 +129,7 @@ impl Model {
         let rows = seq_of.len();
         let mut x = vec![0f32; rows * d];
         for (r, &tok) in batch.iter().flat_map(|s| s.tokens.iter()).enumerate() {
-            self.weights.embedding.dequantize_row(tok as usize, &mut x[r * d..(r + 1) * d]);
+            w.embedding.dequantize_row(tok as usize, &mut x[r * d..(r + 1) * d]);
         }
 
         let qkv_w = (nh + 2 * nkv) * hd;
@@ -87,7 +140,7 @@ impl Model {
         let mut gate_up = vec![0f32; rows * 2 * cfg.feed_forward];
         let mut act = vec![0f32; rows * cfg.feed_forward];
         let half = hd / 2;
-        for (li, layer) in self.weights.layers.iter().enumerate() {
+        for (li, layer) in w.layers.iter().enumerate() {
             rms_norm(&x, &layer.attn_norm, cfg.rms_eps, &mut h);
             matmul(&h, rows, &layer.qkv, &mut qkv);
             for (r, row) in qkv.chunks_exact_mut(qkv_w).enumerate() {
@@ -119,34 +172,14 @@ impl Model {
             add_in_place(&mut x, &proj);
         }
 
-        // Only the rows that need logits go through the (large) output head.
-        let wanted: Vec<usize> = batch
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.logits && !s.tokens.is_empty())
-            .map(|(si, s)| first_row[si] + s.tokens.len() - 1)
-            .collect();
         let mut last = vec![0f32; wanted.len() * d];
         for (i, &r) in wanted.iter().enumerate() {
-            rms_norm(
-                &x[r * d..(r + 1) * d],
-                &self.weights.output_norm,
-                cfg.rms_eps,
-                &mut last[i * d..(i + 1) * d],
-            );
+            rms_norm(&x[r * d..(r + 1) * d], &w.output_norm, cfg.rms_eps, &mut last[i * d..(i + 1) * d]);
         }
         let vocab = cfg.vocab_size;
         let mut logits = vec![0f32; wanted.len() * vocab];
-        matmul(&last, wanted.len(), self.weights.head(), &mut logits);
-
-        let mut out = Vec::with_capacity(batch.len());
-        let mut next = logits.chunks_exact(vocab);
-        for s in batch.iter_mut() {
-            s.cache.advance(s.tokens.len());
-            let wants = s.logits && !s.tokens.is_empty();
-            out.push(if wants { next.next().map(<[f32]>::to_vec) } else { None });
-        }
-        Ok(out)
+        matmul(&last, wanted.len(), w.head(), &mut logits);
+        logits
     }
 
     /// Causal attention, in parallel over (sequence, KV head, block of queries); writes `attn`

@@ -66,13 +66,19 @@ impl SeqCache {
     pub fn registered_blocks(&self) -> usize {
         self.hashes.len()
     }
+    /// The pool blocks holding this sequence's tokens, in order.
+    pub(crate) fn blocks(&self) -> &[u32] {
+        &self.blocks
+    }
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
         debug_assert!(self.len <= self.capacity());
     }
 }
 
-/// The shared pool. Layout: `[layer][block][kv_head][slot][head_dim]`, keys and values apart.
+/// The shared pool. Layout: `[layer][block][kv_head][slot][head_dim]`, keys and values apart,
+/// in host memory for the CPU kernels; for the candle backend the numbers live in `device`
+/// (same blocks, same accounting) and the host vectors stay empty.
 #[derive(Debug)]
 pub struct KvCache {
     layers: usize,
@@ -81,6 +87,7 @@ pub struct KvCache {
     num_blocks: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
+    device: Option<super::candle_backend::DeviceKv>,
     /// Empty blocks.
     free: Vec<u32>,
     /// Sequences using each block.
@@ -118,13 +125,35 @@ impl KvCache {
     pub fn new(cfg: &LlamaConfig, tokens: usize) -> Self {
         let num_blocks = tokens.div_ceil(BLOCK_TOKENS).max(1);
         let len = cfg.layers * num_blocks * cfg.kv_heads * BLOCK_TOKENS * cfg.head_dim;
+        Self::with_storage(cfg, num_blocks, vec![0.0; len], vec![0.0; len], None)
+    }
+
+    /// A pool for at least `tokens` tokens whose keys and values live on a candle `device`.
+    pub(crate) fn on_device(
+        cfg: &LlamaConfig,
+        tokens: usize,
+        device: &candle_core::Device,
+    ) -> Result<Self, EngineError> {
+        let num_blocks = tokens.div_ceil(BLOCK_TOKENS).max(1);
+        let storage = super::candle_backend::DeviceKv::new(cfg, num_blocks, device)?;
+        Ok(Self::with_storage(cfg, num_blocks, Vec::new(), Vec::new(), Some(storage)))
+    }
+
+    fn with_storage(
+        cfg: &LlamaConfig,
+        num_blocks: usize,
+        keys: Vec<f32>,
+        values: Vec<f32>,
+        device: Option<super::candle_backend::DeviceKv>,
+    ) -> Self {
         KvCache {
             layers: cfg.layers,
             kv_heads: cfg.kv_heads,
             head_dim: cfg.head_dim,
             num_blocks,
-            keys: vec![0.0; len],
-            values: vec![0.0; len],
+            keys,
+            values,
+            device,
             // Pop from the end hands out low block numbers first.
             free: (0..num_blocks as u32).rev().collect(),
             refs: vec![0; num_blocks],
@@ -312,6 +341,11 @@ impl KvCache {
                 len: n,
             }
         })
+    }
+
+    /// The device storage, when the pool belongs to the candle backend.
+    pub(crate) fn device_storage(&self) -> Option<&super::candle_backend::DeviceKv> {
+        self.device.as_ref()
     }
 
     /// Layers the pool was built for.

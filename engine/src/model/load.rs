@@ -83,7 +83,7 @@ pub fn read_content(
 /// The block format a matrix gets at `tier`, given the format it is stored in.
 /// The embedding (and a tied head) is the most precision-sensitive matrix, so the 4-bit tier
 /// keeps it at 8 bits, as llama.cpp's quantizer does for the output tensor.
-fn target_format(tier: Tier, stored: GgmlDType, is_embedding: bool) -> Format {
+pub(super) fn target_format(tier: Tier, stored: GgmlDType, is_embedding: bool) -> Format {
     match tier {
         Tier::F32 => Format::F32,
         Tier::Q8_0 => Format::Q8_0,
@@ -99,7 +99,7 @@ fn target_format(tier: Tier, stored: GgmlDType, is_embedding: bool) -> Format {
     }
 }
 
-fn ggml_dtype(format: Format) -> GgmlDType {
+pub(super) fn ggml_dtype(format: Format) -> GgmlDType {
     match format {
         Format::F32 => GgmlDType::F32,
         Format::Q8_0 => GgmlDType::Q8_0,

@@ -42,13 +42,12 @@ struct Loop<'a> {
 pub(super) fn run(
     model: Arc<LoadedModel>,
     settings: BatchSettings,
-    kv_cache_tokens: usize,
+    kv: KvCache,
     prefix_caching: bool,
     metrics: EngineMetrics,
     rx: Receiver<Command>,
     shared: &SharedState,
 ) {
-    let kv = model.model.new_kv_cache(kv_cache_tokens);
     let mut lp = Loop {
         model,
         settings,

@@ -170,12 +170,14 @@ pub fn start(
     max_waiting: usize,
     metrics: EngineMetrics,
 ) -> std::io::Result<SchedulerHandle> {
+    // The pool is made here, not on the thread, so a device that cannot hold it fails startup.
+    let kv = model.model.new_kv_cache(kv_cache_tokens).map_err(std::io::Error::other)?;
     let (tx, rx) = mpsc::channel();
     let shared = Arc::new(SharedState::default());
     let state = shared.clone();
     std::thread::Builder::new().name("pacer-scheduler".into()).spawn(move || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            engine_loop::run(model, settings, kv_cache_tokens, prefix_caching, metrics, rx, &state)
+            engine_loop::run(model, settings, kv, prefix_caching, metrics, rx, &state)
         }));
         if result.is_err() {
             tracing::error!("the scheduler panicked; the engine stops serving (readiness goes false)");

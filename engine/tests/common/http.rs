@@ -32,7 +32,11 @@ pub fn config() -> ServeConfig {
 /// Starts a server on a free loopback port; returns its base URL. It lives until the test's
 /// runtime ends.
 pub async fn start(config: ServeConfig) -> String {
-    let model = super::loaded(Tier::Q4_0);
+    start_with(super::loaded(Tier::Q4_0), config).await
+}
+
+/// As [`start`], serving `model` (another tier or device).
+pub async fn start_with(model: std::sync::Arc<pacer_engine::LoadedModel>, config: ServeConfig) -> String {
     let srv = server::build(model, &config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

@@ -4,7 +4,7 @@
 
 pub mod http;
 
-use pacer_engine::{LoadedModel, Tier};
+use pacer_engine::{ComputeDevice, LoadedModel, Tier};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -18,19 +18,25 @@ pub fn model_path() -> PathBuf {
     }
 }
 
-type ModelCache = Mutex<Vec<(Tier, Arc<LoadedModel>)>>;
+type ModelCache = Mutex<Vec<((Tier, ComputeDevice), Arc<LoadedModel>)>>;
 
-/// One loaded model per tier per test binary (loading converts ~135M parameters).
+/// One loaded model per tier per test binary (loading converts ~135M parameters), on the CPU
+/// kernels.
 pub fn loaded(tier: Tier) -> Arc<LoadedModel> {
+    loaded_on(tier, ComputeDevice::Cpu)
+}
+
+/// As [`loaded`], with the forward step on `device`.
+pub fn loaded_on(tier: Tier, device: ComputeDevice) -> Arc<LoadedModel> {
     static CACHE: OnceLock<ModelCache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, m)) = cache.iter().find(|(t, _)| *t == tier) {
+    if let Some((_, m)) = cache.iter().find(|(k, _)| *k == (tier, device)) {
         return m.clone();
     }
     pacer_engine::threads::init_pool(pacer_engine::threads::compute_threads(None));
-    let m = Arc::new(LoadedModel::open(&model_path(), tier).expect("load model"));
-    cache.push((tier, m.clone()));
+    let m = Arc::new(LoadedModel::open_on(&model_path(), tier, device).expect("load model"));
+    cache.push(((tier, device), m.clone()));
     m
 }
 
