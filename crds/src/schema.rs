@@ -29,7 +29,7 @@ pub const DNS1123_SUBDOMAIN_RE: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0
 
 /// The `pacer-engine serve` flags the operator sets itself; `engine.args` may not repeat them
 /// (clap refuses a flag given twice, and an override would desynchronise status from pods).
-pub const OWNED_FLAGS: [&str; 12] = [
+pub const OWNED_FLAGS: [&str; 13] = [
     "host",
     "port",
     "model",
@@ -42,6 +42,7 @@ pub const OWNED_FLAGS: [&str; 12] = [
     "log-format",
     "threads",
     "context-length",
+    "device",
 ];
 
 /// The duration strings the rules accept before converting them: at most six digits per unit,

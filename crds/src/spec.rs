@@ -205,6 +205,9 @@ impl PullPolicy {
 /// The engine pods.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.device) || !self.device.startsWith('cuda') || (has(self.resources.limits) && 'nvidia.com/gpu' in self.resources.limits)"
+).message("engine.device cuda needs a GPU: set resources.limits[\"nvidia.com/gpu\"]"))]
 pub struct EngineSpec {
     /// The `pacer-engine` image.
     #[serde(default = "default_engine_image")]
@@ -227,6 +230,15 @@ pub struct EngineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub threads: Option<u32>,
+    /// Where the forward step runs (`pacer-engine --device`): `cpu` (the CPU kernels), `cuda`
+    /// or `cuda:N` (the candle backend on a GPU; needs the CUDA image and a GPU limit),
+    /// `candle-cpu`, or `auto`. Default: `cuda` when `resources.limits` has `nvidia.com/gpu`,
+    /// else `cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.matches('^(auto|cpu|candle-cpu|cuda(:[0-9]{1,2})?)$')")
+        .message("engine.device must be cpu, cuda, cuda:N, candle-cpu or auto"))]
+    pub device: Option<String>,
     /// Extra `pacer-engine serve` arguments, appended after the ones Pacer sets. They may not
     /// set a flag Pacer owns (`--port`, `--model`, `--tier`, `--settings-file`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -268,6 +280,7 @@ impl Default for EngineSpec {
             image_pull_secrets: Vec::new(),
             resources: default_resources(),
             threads: None,
+            device: None,
             args: Vec::new(),
             env: Vec::new(),
             node_selector: BTreeMap::new(),

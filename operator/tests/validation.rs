@@ -123,6 +123,16 @@ async fn invalid_inferenceservices_are_rejected_with_their_messages() {
             "engine.image must be an image reference without whitespace",
         ),
         (
+            "an unknown device",
+            json!({"spec": {"engine": {"device": "gpu"}}}),
+            "engine.device must be cpu, cuda, cuda:N, candle-cpu or auto",
+        ),
+        (
+            "a CUDA device without a GPU limit",
+            json!({"spec": {"engine": {"device": "cuda"}}}),
+            "engine.device cuda needs a GPU: set resources.limits[\"nvidia.com/gpu\"]",
+        ),
+        (
             "a model image with whitespace",
             json!({"spec": {"model": {"source": {"url": null, "image": {"reference": "registry.example.com/m :1", "path": "m.gguf"}}}}}),
             "model.source.image.reference must be an image reference without whitespace",

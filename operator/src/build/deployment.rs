@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use pacer_crds::{InferenceService, ModelSource};
+use pacer_crds::{EngineSpec, InferenceService, ModelSource};
 use std::collections::BTreeMap;
 
 /// The engine container's name.
@@ -42,6 +42,19 @@ pub const FETCHER_IMAGE: &str = "docker.io/curlimages/curl:8.11.1";
 /// The non-root user and group the engine runs as.
 const RUN_AS: i64 = 65532;
 
+/// The engine's `--device`: the spec's, else `cuda` for a container with a GPU limit (the
+/// device plugin shows it its GPUs from 0), else `cpu`.
+pub fn engine_device(engine: &EngineSpec) -> String {
+    if let Some(device) = &engine.device {
+        return device.clone();
+    }
+    let gpu = engine.resources.limits.as_ref().is_some_and(|l| l.contains_key(GPU_RESOURCE));
+    if gpu { "cuda".into() } else { "cpu".into() }
+}
+
+/// The extended resource NVIDIA's device plugin advertises.
+const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
 /// The Deployment of engine pods for `isvc` at `levers`.
 pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
     let spec = &isvc.spec;
@@ -54,6 +67,7 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
         format!("--model={model_path}"),
         format!("--served-model-name={}", served_name(isvc)),
         format!("--tier={}", levers.tier),
+        format!("--device={}", engine_device(engine)),
         format!("--settings-file={SETTINGS_FILE}"),
         format!("--drain-timeout={DRAIN_SECONDS}"),
         "--log-format=json".into(),
@@ -294,6 +308,29 @@ mod tests {
 
     fn levers() -> Levers {
         Levers { replicas: 2, max_batch_size: 8, batch_wait_ms: 3, tier: Tier::Q4_0 }
+    }
+
+    /// `--device` follows the spec, else the GPU limit; removing the field (or the GPU) puts
+    /// the pods back on the CPU kernels.
+    #[test]
+    fn the_device_follows_the_spec_else_the_gpu_limit() {
+        let device_arg = |isvc: &InferenceService| {
+            let pod = deployment(isvc, &levers()).spec.and_then(|s| s.template.spec).expect("pod");
+            let args = pod.containers[0].args.clone().expect("args");
+            let found: Vec<_> = args.iter().filter(|a| a.starts_with("--device")).cloned().collect();
+            assert_eq!(found.len(), 1, "{args:?}");
+            found[0].clone()
+        };
+        let mut isvc = fixtures::isvc();
+        assert_eq!(device_arg(&isvc), "--device=cpu");
+        let limits = isvc.spec.engine.resources.limits.get_or_insert_with(Default::default);
+        limits.insert("nvidia.com/gpu".into(), Quantity("1".into()));
+        assert_eq!(device_arg(&isvc), "--device=cuda");
+        isvc.spec.engine.device = Some("cuda:1".into());
+        assert_eq!(device_arg(&isvc), "--device=cuda:1");
+        isvc.spec.engine.device = None;
+        isvc.spec.engine.resources.limits.as_mut().map(|l| l.remove("nvidia.com/gpu"));
+        assert_eq!(device_arg(&isvc), "--device=cpu");
     }
 
     #[test]
