@@ -9,10 +9,9 @@
 mod common;
 
 use common::http::{MODEL, chat, config, metric, post, sse_data, start_with};
-use pacer_engine::chat::ChatMessage;
-use pacer_engine::generate::{FinishReason, GenerateRequest, Sequence, run_to_completion};
+use common::steps::{alone, chat_request, generate, max_abs_diff, prompts};
+use pacer_engine::generate::FinishReason;
 use pacer_engine::model::{SeqCache, SeqStep};
-use pacer_engine::sampling::SamplingParams;
 use pacer_engine::server::ServeConfig;
 use pacer_engine::{ComputeDevice, EngineError, LoadedModel, Tier};
 use serde_json::{Value, json};
@@ -42,31 +41,6 @@ const QUANTIZED_BATCH_TOLERANCE: f32 = 1.5;
 
 fn argmax(logits: &[f32]) -> u32 {
     pacer_engine::sampling::argmax(logits)
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
-fn alone(m: &LoadedModel, tokens: &[u32]) -> Vec<f32> {
-    let mut kv = m.model.new_kv_cache(tokens.len() + 16).unwrap();
-    let mut seq = SeqCache::new();
-    m.model
-        .forward(&mut kv, &mut [SeqStep { cache: &mut seq, tokens, logits: true }])
-        .unwrap()
-        .remove(0)
-        .unwrap()
-}
-
-fn prompts(m: &LoadedModel) -> Vec<Vec<u32>> {
-    [
-        "Hi",
-        "The capital of France is",
-        "fn main() { println!(\"hello\"); } // a longer prompt spanning blocks",
-    ]
-    .iter()
-    .map(|t| m.tokenizer.encode(t).unwrap())
-    .collect()
 }
 
 #[test]
@@ -134,33 +108,6 @@ fn batched_mixed_and_chunked_steps_equal_each_sequence_alone() {
     }
 }
 
-fn chat_request(m: &LoadedModel, question: &str, max_tokens: usize) -> GenerateRequest {
-    let text = m.chat_template.as_ref().unwrap().render(&[ChatMessage::new("user", question)], true).unwrap();
-    GenerateRequest {
-        prompt: m.tokenizer.encode(&text).unwrap(),
-        max_tokens,
-        sampling: SamplingParams::greedy(),
-        stop: vec![],
-        ignore_eos: false,
-        logprobs: None,
-    }
-}
-
-fn generate(
-    m: &LoadedModel,
-    reqs: Vec<GenerateRequest>,
-    chunk: usize,
-) -> Vec<(String, Option<FinishReason>)> {
-    let ctx = m.model.config.context_length;
-    let mut seqs: Vec<Sequence> = reqs.into_iter().map(|r| Sequence::new(r, ctx).unwrap()).collect();
-    let mut texts = vec![String::new(); seqs.len()];
-    let mut kv = m.model.new_kv_cache(4096).unwrap();
-    run_to_completion(&m.model, &m.tokenizer, &mut kv, &mut seqs, chunk, |i, d| texts[i].push_str(&d.text))
-        .unwrap();
-    assert_eq!(kv.free_tokens(), kv.capacity_tokens(), "finished sequences return their KV blocks");
-    texts.into_iter().zip(&seqs).map(|(t, s)| (t, s.finish())).collect()
-}
-
 /// Greedy chat on the candle backend answers as on the kernels, and four sequences sharing
 /// steps (prompts in chunks of 5) generate what each generates alone. At `f32`, where batching
 /// moves logits by ~1e-5 only (see [`F32_BATCH_TOLERANCE`]); at the quantized tiers candle's
@@ -168,15 +115,17 @@ fn generate(
 #[test]
 fn greedy_generation_answers_and_batching_changes_no_text() {
     let m = model(Tier::F32);
-    let (text, finish) =
-        generate(&m, vec![chat_request(&m, "What is the capital of France?", 48)], 512).remove(0);
+    let (text, finish, _) =
+        generate(&m, vec![chat_request(&m, "What is the capital of France?", 48, vec![])], 512).remove(0);
     assert!(text.contains("Paris"), "{text:?}");
     assert_eq!(finish, Some(FinishReason::Stop));
     let questions =
         ["What is the capital of France?", "Name three colors.", "Write a haiku about rust.", "2+2="];
-    let alone: Vec<_> =
-        questions.iter().map(|q| generate(&m, vec![chat_request(&m, q, 24)], 512).remove(0)).collect();
-    let together = generate(&m, questions.iter().map(|q| chat_request(&m, q, 24)).collect(), 5);
+    let alone: Vec<_> = questions
+        .iter()
+        .map(|q| generate(&m, vec![chat_request(&m, q, 24, vec![])], 512).remove(0))
+        .collect();
+    let together = generate(&m, questions.iter().map(|q| chat_request(&m, q, 24, vec![])).collect(), 5);
     assert_eq!(alone, together);
 }
 

@@ -22,7 +22,6 @@ use crate::error::EngineError;
 use crate::kernels::Format;
 use candle_core::quantized::{QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::{D, DType, Device, Module, Tensor};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// The candle [`Device`] for `device` (`candle-cpu` or `cuda:N`).
@@ -145,13 +144,7 @@ impl CandleWeights {
         tier: Tier,
         device: &Device,
     ) -> Result<Self, EngineError> {
-        let mut raw: HashMap<String, QTensor> = HashMap::new();
-        for name in content.tensor_infos.keys() {
-            let t = content
-                .tensor(reader, name, &Device::Cpu)
-                .map_err(|e| EngineError::model(format!("{}: tensor `{name}`: {e}", path.display())))?;
-            raw.insert(name.clone(), t);
-        }
+        let mut raw = super::load::read_tensors(path, content, reader)?;
         let mut take = |name: &str| -> Result<QTensor, EngineError> {
             raw.remove(name)
                 .ok_or_else(|| EngineError::model(format!("{} has no tensor `{name}`", path.display())))

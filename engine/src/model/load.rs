@@ -136,6 +136,22 @@ fn to_vector(name: &str, t: &QTensor, len: usize) -> Result<Vec<f32>, EngineErro
     Ok(v)
 }
 
+/// Every tensor of the GGUF, by name, as stored (on the CPU).
+pub(super) fn read_tensors(
+    path: &Path,
+    content: &gguf_file::Content,
+    reader: &mut std::io::BufReader<std::fs::File>,
+) -> Result<HashMap<String, QTensor>, EngineError> {
+    let mut raw = HashMap::new();
+    for name in content.tensor_infos.keys() {
+        let t = content
+            .tensor(reader, name, &Device::Cpu)
+            .map_err(|e| EngineError::model(format!("{}: tensor `{name}`: {e}", path.display())))?;
+        raw.insert(name.clone(), t);
+    }
+    Ok(raw)
+}
+
 /// Loads every parameter of the model in `path` at `tier`.
 pub fn load_weights(
     path: &Path,
@@ -145,13 +161,7 @@ pub fn load_weights(
     tier: Tier,
 ) -> Result<Weights, EngineError> {
     // Read every tensor first (sequential file IO), then convert in parallel (CPU-bound).
-    let mut raw: HashMap<String, QTensor> = HashMap::new();
-    for name in content.tensor_infos.keys() {
-        let t = content
-            .tensor(reader, name, &Device::Cpu)
-            .map_err(|e| EngineError::model(format!("{}: tensor `{name}`: {e}", path.display())))?;
-        raw.insert(name.clone(), t);
-    }
+    let raw = read_tensors(path, content, reader)?;
     let take = |name: &str| -> Result<&QTensor, EngineError> {
         raw.get(name).ok_or_else(|| EngineError::model(format!("{} has no tensor `{name}`", path.display())))
     };

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod http;
+pub mod steps;
 
 use pacer_engine::{ComputeDevice, LoadedModel, Tier};
 use std::path::PathBuf;
