@@ -29,7 +29,7 @@ pub const DNS1123_SUBDOMAIN_RE: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0
 
 /// The `pacer-engine serve` flags the operator sets itself; `engine.args` may not repeat them
 /// (clap refuses a flag given twice, and an override would desynchronise status from pods).
-pub const OWNED_FLAGS: [&str; 13] = [
+pub const OWNED_FLAGS: [&str; 14] = [
     "host",
     "port",
     "model",
@@ -37,6 +37,7 @@ pub const OWNED_FLAGS: [&str; 13] = [
     "tier",
     "max-batch-size",
     "batch-wait-ms",
+    "max-num-batched-tokens",
     "settings-file",
     "drain-timeout",
     "log-format",

@@ -356,12 +356,26 @@ pub struct BatchingSpec {
     /// How long an idle engine waits to fill a batch, in ms: larger raises TTFT, helps batching.
     #[serde(default = "default_batch_wait_ms")]
     pub batch_wait_ms: BatchWaitRange,
+    /// Most prompt and decode tokens one engine step carries (`--max-num-batched-tokens`): a
+    /// smaller budget cuts long prompts into smaller chunks, so the steps that carry them (and
+    /// the inter-token gaps of every running stream) stay short, at some cost in TTFT. The
+    /// planner keeps it at least the batch size, so every running sequence decodes each step.
+    #[serde(default = "default_max_num_batched_tokens")]
+    pub max_num_batched_tokens: TokenBudgetRange,
 }
 
 impl Default for BatchingSpec {
     fn default() -> Self {
-        BatchingSpec { max_batch_size: default_max_batch_size(), batch_wait_ms: default_batch_wait_ms() }
+        BatchingSpec {
+            max_batch_size: default_max_batch_size(),
+            batch_wait_ms: default_batch_wait_ms(),
+            max_num_batched_tokens: default_max_num_batched_tokens(),
+        }
     }
+}
+
+fn default_max_num_batched_tokens() -> TokenBudgetRange {
+    TokenBudgetRange { min: 64, max: 512, initial: 512 }
 }
 
 fn default_max_batch_size() -> MaxBatchSizeRange {
@@ -407,6 +421,25 @@ pub struct BatchWaitRange {
     pub max: u32,
     /// The value new engine pods start with.
     #[schemars(range(max = 10000))]
+    pub initial: u32,
+}
+
+/// The range of `maxNumBatchedTokens`, and the value a new InferenceService starts with.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.min <= self.max")
+    .message("batching.maxNumBatchedTokens.min must not exceed batching.maxNumBatchedTokens.max"))]
+#[x_kube(validation = Rule::new("self.min <= self.initial && self.initial <= self.max")
+    .message("batching.maxNumBatchedTokens.initial must lie within [min, max]"))]
+pub struct TokenBudgetRange {
+    /// Smallest value the planner may set.
+    #[schemars(range(min = 16, max = 65536))]
+    pub min: u32,
+    /// Largest value the planner may set.
+    #[schemars(range(min = 16, max = 65536))]
+    pub max: u32,
+    /// The value new engine pods start with.
+    #[schemars(range(min = 16, max = 65536))]
     pub initial: u32,
 }
 

@@ -31,6 +31,9 @@ pub struct InferenceServiceStatus {
     /// The live `batchWaitMs` in the engines' settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_wait_ms: Option<u32>,
+    /// The live `maxNumBatchedTokens` (the step's token budget) in the engines' settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_num_batched_tokens: Option<u32>,
     /// The label selector of the engine pods, as a string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,

@@ -56,6 +56,9 @@ pub struct EngineMetrics {
     pub running: IntGauge,
     /// Requests waiting to be scheduled.
     pub waiting: IntGauge,
+    /// `pacer_engine_queued_prompt_tokens`: prompt tokens not yet prefilled, of waiting,
+    /// preempted and partly prefilled sequences (the prefill work ahead; vLLM has no such gauge).
+    pub queued_prompt_tokens: IntGauge,
     kv_usage: Gauge,
     kv_usage_legacy: Gauge,
     /// Prompt tokens processed.
@@ -206,6 +209,12 @@ impl EngineMetrics {
             ),
             running: int_gauge(&r, "vllm:num_requests_running", "Sequences in the running batch.", m),
             waiting: int_gauge(&r, "vllm:num_requests_waiting", "Requests waiting to be scheduled.", m),
+            queued_prompt_tokens: int_gauge(
+                &r,
+                "pacer_engine_queued_prompt_tokens",
+                "Prompt tokens not yet prefilled: waiting, preempted and partly prefilled requests.",
+                m,
+            ),
             kv_usage: gauge(&r, "vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", m),
             kv_usage_legacy: gauge(
                 &r,

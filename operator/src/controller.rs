@@ -357,16 +357,20 @@ async fn record_decision(ctx: &Context, isvc: &InferenceService, e: &Evaluation)
         }
     }
     tracing::info!(reason = d.reason.as_str(), sla = d.sla.as_str(), message = %d.message, "evaluated the SLA");
-    let Some(change) = &d.change else { return };
+    if d.changes.is_empty() {
+        return;
+    }
     let applied = d.levers == d.recommended;
     // In Advisory mode the same recommendation repeats every interval: announce it once.
     if !applied && e.previous_recommendation == Some(d.recommended) {
         return;
     }
-    ctx.metrics
-        .decisions
-        .with_label_values(&[change.lever.as_str(), change.direction.as_str(), d.reason.as_str()])
-        .inc();
+    for change in &d.changes {
+        ctx.metrics
+            .decisions
+            .with_label_values(&[change.lever.as_str(), change.direction.as_str(), d.reason.as_str()])
+            .inc();
+    }
     let warning = matches!(d.reason, Reason::DegradedForLatency | Reason::AtMaxReplicas);
     let kind = if warning { EventType::Warning } else { EventType::Normal };
     let action = if applied { "Decide" } else { "Recommend" };

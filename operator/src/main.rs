@@ -403,7 +403,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
 fn calibrate(args: CalibrateArgs) -> Result<()> {
     use pacer_operator::simulate::{engine::Settings, fidelity};
     let profile = EngineProfile::read(&args.profile)?;
-    let settings = Settings { max_batch_size: args.max_batch_size, batch_wait: args.batch_wait_ms / 1e3 };
+    let settings = Settings::new(args.max_batch_size, args.batch_wait_ms / 1e3);
     println!(
         "| run | tier | rate (req/s) | requests | latency | P50 measured | P50 simulated | error | P95 measured | P95 simulated | error |"
     );

@@ -101,6 +101,7 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
         tier: Some(o.levers.tier.to_string()),
         max_batch_size: Some(o.levers.max_batch_size),
         batch_wait_ms: Some(o.levers.batch_wait_ms),
+        max_num_batched_tokens: Some(o.levers.max_num_batched_tokens),
         selector: Some(build::selector_string(isvc)),
         summary: Some(StatusSummary {
             replicas: format!("{ready}/{desired_replicas}"),
@@ -421,6 +422,16 @@ mod tests {
                     from: "1".into(),
                     to: "2".into(),
                 }),
+                changes: if change {
+                    vec![Change {
+                        lever: Lever::Replicas,
+                        direction: Direction::Up,
+                        from: "1".into(),
+                        to: "2".into(),
+                    }]
+                } else {
+                    Vec::new()
+                },
                 reason,
                 message: "TTFT is at 150% of target: replicas 1 → 2".into(),
                 sla,

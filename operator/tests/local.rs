@@ -133,7 +133,13 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
         start_timeout: Duration::from_secs(60),
         drain_timeout: Duration::from_secs(30),
     };
-    let levers = Levers { replicas: 1, max_batch_size: 8, batch_wait_ms: 0, tier: Tier::Native };
+    let levers = Levers {
+        replicas: 1,
+        max_batch_size: 8,
+        batch_wait_ms: 0,
+        max_num_batched_tokens: 512,
+        tier: Tier::Native,
+    };
     let mut sup = Supervisor::new(config, pool.clone(), levers);
     converge(&mut sup, "the first replica", |s| s.counts().ready == 1).await;
 

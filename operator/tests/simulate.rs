@@ -29,6 +29,7 @@ fn trace(shape: Shape, rate: f64, seconds: f64, seed: u64) -> pacer_operator::si
         seed,
         prompt: LENGTHS.0,
         output: LENGTHS.1,
+        resample: None,
     })
     .expect("trace")
 }
@@ -73,7 +74,7 @@ fn littles_law_holds_on_a_stationary_run() {
 #[test]
 fn static_replicas_below_the_load_violate_and_enough_meet() {
     let c = config("");
-    let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
+    let one = calibrate::capacity(&c, 1, &LENGTHS.into()).expect("capacity");
     assert!(one > 0.2 && one < 20.0, "one replica holds {one} req/s");
     let t = trace(Shape::Steady, 2.0 * one, 1800.0, 3);
     let run = |n: i32| {
@@ -91,7 +92,7 @@ fn static_replicas_below_the_load_violate_and_enough_meet() {
 #[test]
 fn pacer_recovers_from_a_step_and_gives_the_replicas_back() {
     let c = config("");
-    let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
+    let one = calibrate::capacity(&c, 1, &LENGTHS.into()).expect("capacity");
     let t = trace(Shape::Step, 2.0 * one, 5400.0, 5);
     let o = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");
     let s = &o.summary;
@@ -108,10 +109,11 @@ fn pacer_recovers_from_a_step_and_gives_the_replicas_back() {
 #[test]
 fn pacer_holds_still_under_a_stationary_load() {
     let mut c = config("");
-    let one = calibrate::capacity(&c, 1, LENGTHS).expect("capacity");
+    let one = calibrate::capacity(&c, 1, &LENGTHS.into()).expect("capacity");
     // Started at the size the load needs: a stationary load, not a step from the minimum.
     let t = trace(Shape::Steady, 2.5 * one, 7200.0, 9);
-    let caps: Vec<f64> = (1..=8).map(|n| calibrate::capacity(&c, n, LENGTHS).expect("capacity")).collect();
+    let caps: Vec<f64> =
+        (1..=8).map(|n| calibrate::capacity(&c, n, &LENGTHS.into()).expect("capacity")).collect();
     c.initial.replicas = caps.iter().position(|cap| *cap >= 2.5 * one).expect("fits") as i32 + 1;
     let o = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");
     let per_hour = o.summary.stationary_changes_per_hour.expect("stationary");
@@ -124,7 +126,7 @@ fn pacer_degrades_the_tier_at_max_replicas_and_restores_it() {
     let c = config(
         "replicas: {min: 1, max: 8} => replicas: {min: 1, max: 2}; allowDegrade: false => allowDegrade: true",
     );
-    let two = calibrate::capacity(&c, 2, LENGTHS).expect("capacity");
+    let two = calibrate::capacity(&c, 2, &LENGTHS.into()).expect("capacity");
     // The middle third needs 1.2× what two q8_0 replicas hold; q4_0 is ~1.4× faster.
     let t = trace(Shape::Step, 0.6 * two, 5400.0, 13);
     let o = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");

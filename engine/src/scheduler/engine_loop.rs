@@ -272,6 +272,10 @@ impl Loop<'_> {
         self.shared.running.store(self.running.len() + self.preempted.len(), Ordering::Release);
         self.metrics.running.set(self.running.len() as i64);
         self.metrics.waiting.set((self.shared.waiting() + self.preempted.len()) as i64);
+        let queued: usize = self.waiting.iter().map(|s| s.request.prompt.len()).sum::<usize>()
+            + self.preempted.iter().map(|a| a.seq.remaining_prefill()).sum::<usize>()
+            + self.running.iter().map(|a| a.seq.remaining_prefill()).sum::<usize>();
+        self.metrics.queued_prompt_tokens.set(queued as i64);
         self.metrics.set_kv_usage(self.kv.usage());
     }
 

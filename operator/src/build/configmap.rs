@@ -13,8 +13,12 @@ pub const SETTINGS_FILE: &str = "/etc/pacer/settings/settings.json";
 
 /// The settings document the engine parses (`pacer-engine serve --settings-file`).
 pub fn settings_json(levers: &Levers) -> String {
-    serde_json::json!({"max_batch_size": levers.max_batch_size, "batch_wait_ms": levers.batch_wait_ms})
-        .to_string()
+    serde_json::json!({
+        "max_batch_size": levers.max_batch_size,
+        "batch_wait_ms": levers.batch_wait_ms,
+        "max_num_batched_tokens": levers.max_num_batched_tokens.max(levers.max_batch_size),
+    })
+    .to_string()
 }
 
 /// The settings ConfigMap for `isvc` at `levers`.
@@ -34,11 +38,20 @@ mod tests {
 
     #[test]
     fn settings_are_what_the_engine_reads() {
-        let levers = Levers { replicas: 1, max_batch_size: 12, batch_wait_ms: 4, tier: Tier::Native };
+        let levers = Levers {
+            replicas: 1,
+            max_batch_size: 12,
+            batch_wait_ms: 4,
+            max_num_batched_tokens: 256,
+            tier: Tier::Native,
+        };
         let cm = configmap(&fixtures::isvc(), &levers);
         assert_eq!(cm.metadata.name.as_deref(), Some("smol-settings"));
         let doc: serde_json::Value =
             serde_json::from_str(&cm.data.expect("data")[SETTINGS_KEY]).expect("json");
-        assert_eq!(doc, serde_json::json!({"max_batch_size": 12, "batch_wait_ms": 4}));
+        assert_eq!(
+            doc,
+            serde_json::json!({"max_batch_size": 12, "batch_wait_ms": 4, "max_num_batched_tokens": 256})
+        );
     }
 }

@@ -307,7 +307,13 @@ mod tests {
     use pacer_crds::{Tier, UrlSource};
 
     fn levers() -> Levers {
-        Levers { replicas: 2, max_batch_size: 8, batch_wait_ms: 3, tier: Tier::Q4_0 }
+        Levers {
+            replicas: 2,
+            max_batch_size: 8,
+            batch_wait_ms: 3,
+            max_num_batched_tokens: 512,
+            tier: Tier::Q4_0,
+        }
     }
 
     /// `--device` follows the spec, else the GPU limit; removing the field (or the GPU) puts

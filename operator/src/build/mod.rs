@@ -175,7 +175,16 @@ mod tests {
     fn levers_start_at_the_initial_values() {
         let isvc = fixtures::isvc();
         let l = Levers::current(&isvc);
-        assert_eq!(l, Levers { replicas: 1, max_batch_size: 8, batch_wait_ms: 0, tier: Tier::Native });
+        assert_eq!(
+            l,
+            Levers {
+                replicas: 1,
+                max_batch_size: 8,
+                batch_wait_ms: 0,
+                max_num_batched_tokens: 512,
+                tier: Tier::Native
+            }
+        );
     }
 
     #[test]
@@ -189,7 +198,16 @@ mod tests {
             ..Default::default()
         });
         let l = Levers::current(&isvc);
-        assert_eq!(l, Levers { replicas: 3, max_batch_size: 32, batch_wait_ms: 5, tier: Tier::Q4_0 });
+        assert_eq!(
+            l,
+            Levers {
+                replicas: 3,
+                max_batch_size: 32,
+                batch_wait_ms: 5,
+                max_num_batched_tokens: 512,
+                tier: Tier::Q4_0
+            }
+        );
         // A tier no longer allowed, or degrading switched off, returns to the preferred tier.
         isvc.spec.quantization.allow_degrade = false;
         assert_eq!(Levers::current(&isvc).tier, Tier::Native);

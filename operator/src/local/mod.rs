@@ -275,7 +275,9 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
     let mut ticks = Vec::new();
     let mut supervise = tokio::time::interval(Duration::from_millis(500));
     let mut scrape = tokio::time::interval(scrape_every);
-    let mut evaluate = tokio::time::interval(Duration::from_secs_f64(spec.evaluation_interval));
+    // The planner looks at every scrape and decides when `planner::due` says so: at its
+    // evaluation interval, or early when a leading signal crosses.
+    let mut evaluate = tokio::time::interval(scrape_every);
     for i in [&mut supervise, &mut scrape, &mut evaluate] {
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     }
@@ -347,6 +349,10 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
                     desired_replicas: levers.replicas.max(counts.live),
                 };
                 let now = observations.at;
+                if !planner::due(&spec, &observation, &history, now) {
+                    planner::decide::note(&observation, &mut history);
+                    continue;
+                }
                 let decision = planner::decide(&spec, &model, &observation, &levers, &history, now);
                 history = decision.history.clone();
                 let before = levers;

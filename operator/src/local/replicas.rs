@@ -348,6 +348,7 @@ impl Supervisor {
             .arg(self.settings_file())
             .args(["--max-batch-size", &self.target.max_batch_size.to_string()])
             .args(["--batch-wait-ms", &self.target.batch_wait_ms.to_string()])
+            .args(["--max-num-batched-tokens", &self.target.max_num_batched_tokens.to_string()])
             .args(["--drain-timeout", &c.drain_timeout.as_secs().to_string()]);
         if let Some(n) = c.context_length {
             command.args(["--context-length", &n.to_string()]);

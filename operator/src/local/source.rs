@@ -12,17 +12,20 @@
 
 use crate::metrics_source::histogram::{Exposition, Histogram};
 use crate::metrics_source::{MetricsSource, Observations, ServiceKey, WindowRequest};
+use crate::planner::observation::SHORT_RATE_WINDOW;
 use crate::planner::{Freshness, Quantile, ServiceMetrics};
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// vLLM's histograms the planner reads, in the order of [`ServiceMetrics`].
-pub const LATENCIES: [&str; 3] = [
+/// vLLM's histograms the planner reads: the three latencies in the order of
+/// [`ServiceMetrics`], then prompt lengths.
+pub const LATENCIES: [&str; 4] = [
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
     "vllm:e2e_request_latency_seconds",
+    "vllm:request_prompt_tokens",
 ];
 /// Finished requests, by `finished_reason`.
 pub const REQUESTS: &str = "vllm:request_success_total";
@@ -36,14 +39,16 @@ pub const OUTPUT_TOKENS: &str = "vllm:generation_tokens_total";
 pub struct Scrape {
     /// When it was taken, unix seconds.
     pub at: f64,
-    /// TTFT, ITL and E2E histograms (summed over the replica's label sets).
-    pub latencies: [Option<Histogram>; 3],
+    /// TTFT, ITL and E2E histograms and prompt lengths (summed over the replica's label sets).
+    pub latencies: [Option<Histogram>; 4],
     /// Finished requests, prompt tokens, generated tokens.
     pub counters: [Option<f64>; 3],
     /// Running and waiting sequences, KV-cache usage.
     pub running: Option<f64>,
     /// Requests waiting for a batch slot.
     pub waiting: Option<f64>,
+    /// Prompt tokens not yet prefilled.
+    pub queued_prompt_tokens: Option<f64>,
     /// KV-cache usage, 0..1.
     pub kv_usage: Option<f64>,
 }
@@ -57,6 +62,7 @@ impl Scrape {
             counters: [REQUESTS, PROMPT_TOKENS, OUTPUT_TOKENS].map(|name| e.sum(name, &[])),
             running: e.sum("vllm:num_requests_running", &[]),
             waiting: e.sum("vllm:num_requests_waiting", &[]),
+            queued_prompt_tokens: e.sum("pacer_engine_queued_prompt_tokens", &[]),
             kv_usage: e.sum("vllm:kv_cache_usage_perc", &[]),
         }
     }
@@ -72,10 +78,16 @@ impl Scrape {
         };
         Scrape {
             at,
-            latencies: [zero_h(&self.latencies[0]), zero_h(&self.latencies[1]), zero_h(&self.latencies[2])],
+            latencies: [
+                zero_h(&self.latencies[0]),
+                zero_h(&self.latencies[1]),
+                zero_h(&self.latencies[2]),
+                zero_h(&self.latencies[3]),
+            ],
             counters: self.counters.map(|c| c.map(|_| 0.0)),
             running: None,
             waiting: None,
+            queued_prompt_tokens: None,
             kv_usage: None,
         }
     }
@@ -161,10 +173,12 @@ impl Ring {
     /// ending at the newest scrape of each replica.
     pub fn windowed(&self, now: f64, quantile: f64, window: f64, rate_window: f64) -> Windowed {
         let newest = self.series.values().filter_map(|s| s.scrapes.last()).map(|s| s.at).reduce(f64::max);
-        let mut latencies: [Option<Histogram>; 3] = [None, None, None];
+        let mut latencies: [Option<Histogram>; 4] = [None, None, None, None];
         let mut counters = [None::<f64>; 3];
         let mut rate_span: f64 = 0.0;
         let (mut running, mut waiting, mut kv, mut reporting) = (None::<f64>, None::<f64>, Vec::new(), 0.0);
+        let (mut short_rate, mut queued) = (None::<f64>, None::<f64>);
+        let short_window = SHORT_RATE_WINDOW.min(rate_window);
         for s in self.series.values() {
             let Some(last) = s.scrapes.last() else { continue };
             if last.at < now - window {
@@ -193,8 +207,16 @@ impl Ring {
                     }
                 }
             }
+            if let Some(base) = s.baseline(now - short_window) {
+                let span = last.at - base.at;
+                if let (true, Some(a), Some(b)) = (span > 0.0, last.counters[0], base.counters[0]) {
+                    let increase = if a >= b { a - b } else { a };
+                    short_rate = Some(short_rate.unwrap_or(0.0) + increase / span);
+                }
+            }
             if s.live {
                 reporting += 1.0;
+                queued = sum_opt(queued, last.queued_prompt_tokens);
                 running = sum_opt(running, last.running);
                 waiting = sum_opt(waiting, last.waiting);
                 kv.extend(last.kv_usage);
@@ -208,11 +230,17 @@ impl Ring {
             ttft: quantile_of(&latencies[0]),
             itl: quantile_of(&latencies[1]),
             e2e: quantile_of(&latencies[2]),
+            prompt_tokens_tail: latencies[3]
+                .as_ref()
+                .and_then(|h| h.quantile(quantile))
+                .filter(|v| v.is_finite()),
             request_rate: counters[0],
+            request_rate_short: short_rate,
             prompt_token_rate: counters[1],
             output_token_rate: counters[2],
             running,
             waiting,
+            queued_prompt_tokens: queued,
             kv_usage: (!kv.is_empty()).then(|| kv.iter().sum::<f64>() / kv.len() as f64),
             reporting_replicas: (reporting > 0.0).then_some(reporting),
         };
@@ -351,10 +379,11 @@ mod tests {
         };
         Scrape {
             at,
-            latencies: [Some(h), None, None],
+            latencies: [Some(h), None, None, None],
             counters: [Some(requests), Some(requests * 10.0), Some(requests * 5.0)],
             running: Some(1.0),
             waiting: Some(2.0),
+            queued_prompt_tokens: Some(30.0),
             kv_usage: Some(0.5),
         }
     }

@@ -6,6 +6,7 @@
 //! (percentile, window) group, however many services there are.
 
 use super::{ServiceKey, WindowRequest};
+use crate::planner::observation::SHORT_RATE_WINDOW;
 use crate::planner::{Freshness, Quantile, ServiceMetrics};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,6 +69,13 @@ pub enum Measure {
         /// The rate window in milliseconds.
         window_ms: u64,
     },
+    /// Prompt length at a quantile over the SLA window.
+    PromptTokensQuantile {
+        /// The quantile in millionths.
+        quantile_ppm: u64,
+        /// The window in milliseconds.
+        window_ms: u64,
+    },
     /// Prompt tokens per second.
     PromptTokenRate {
         /// The rate window in milliseconds.
@@ -82,6 +90,8 @@ pub enum Measure {
     Running,
     /// Waiting requests, summed over replicas.
     Waiting,
+    /// Prompt tokens not yet prefilled, summed over replicas (Pacer's engine only).
+    QueuedPromptTokens,
     /// KV-cache usage, averaged over replicas.
     KvUsage,
     /// Scrape targets (replicas) that report the engine's gauges.
@@ -126,6 +136,11 @@ pub fn promql(measure: Measure) -> String {
         Measure::RequestRate { window_ms } => {
             format!("sum by ({g}) (rate(vllm:request_success_total[{}]))", duration(window_ms))
         }
+        Measure::PromptTokensQuantile { quantile_ppm, window_ms } => format!(
+            "histogram_quantile({}, sum by ({g}, le) (rate(vllm:request_prompt_tokens_bucket[{}])))",
+            quantile_text(quantile_ppm),
+            duration(window_ms)
+        ),
         Measure::PromptTokenRate { window_ms } => {
             format!("sum by ({g}) (rate(vllm:prompt_tokens_total[{}]))", duration(window_ms))
         }
@@ -134,6 +149,7 @@ pub fn promql(measure: Measure) -> String {
         }
         Measure::Running => format!("sum by ({g}) (vllm:num_requests_running)"),
         Measure::Waiting => format!("sum by ({g}) (vllm:num_requests_waiting)"),
+        Measure::QueuedPromptTokens => format!("sum by ({g}) (pacer_engine_queued_prompt_tokens)"),
         Measure::KvUsage => format!("avg by ({g}) (vllm:kv_cache_usage_perc)"),
         // One series per scrape target (vLLM adds an `engine` label per engine core; a pod is
         // one target), counted per service. A target that stops answering gets staleness
@@ -151,9 +167,15 @@ fn keys(request: &WindowRequest) -> (u64, u64, u64) {
     ((request.quantile.clamp(0.0, 1.0) * 1e6).round() as u64, ms(request.window), ms(request.rate_window))
 }
 
+/// The short rate window of one request, in milliseconds: the planner's leading rate.
+fn short_key(request: &WindowRequest) -> u64 {
+    (SHORT_RATE_WINDOW.min(request.rate_window).max(0.0) * 1000.0).round() as u64
+}
+
 /// Every query one tick needs for `requests`: per distinct (quantile, window) the three
 /// percentiles, per distinct window the three sample counts, per distinct rate window the three
-/// rates, and the five gauges once. Sorted and free of duplicates.
+/// rates (and the short request rate), per distinct (percentile, window) the prompt length's
+/// percentile, and the six gauges once. Sorted and free of duplicates.
 pub fn plan(requests: &[WindowRequest]) -> Vec<Query> {
     let mut measures = BTreeSet::new();
     for request in requests {
@@ -163,13 +185,16 @@ pub fn plan(requests: &[WindowRequest]) -> Vec<Query> {
             measures.insert(Measure::Samples { latency, window_ms });
         }
         measures.insert(Measure::RequestRate { window_ms: rate_ms });
+        measures.insert(Measure::RequestRate { window_ms: short_key(request) });
         measures.insert(Measure::PromptTokenRate { window_ms: rate_ms });
+        measures.insert(Measure::PromptTokensQuantile { quantile_ppm, window_ms });
         measures.insert(Measure::OutputTokenRate { window_ms: rate_ms });
     }
     if !requests.is_empty() {
         measures.extend([
             Measure::Running,
             Measure::Waiting,
+            Measure::QueuedPromptTokens,
             Measure::KvUsage,
             Measure::Replicas,
             Measure::NewestSample,
@@ -219,10 +244,13 @@ pub fn assemble(
             itl: quantile(Latency::Itl),
             e2e: quantile(Latency::E2e),
             request_rate: value(Measure::RequestRate { window_ms: rate_ms }, key),
+            request_rate_short: value(Measure::RequestRate { window_ms: short_key(request) }, key),
             prompt_token_rate: value(Measure::PromptTokenRate { window_ms: rate_ms }, key),
+            prompt_tokens_tail: value(Measure::PromptTokensQuantile { quantile_ppm, window_ms }, key),
             output_token_rate: value(Measure::OutputTokenRate { window_ms: rate_ms }, key),
             running: value(Measure::Running, key),
             waiting: value(Measure::Waiting, key),
+            queued_prompt_tokens: value(Measure::QueuedPromptTokens, key),
             kv_usage: value(Measure::KvUsage, key),
             reporting_replicas: value(Measure::Replicas, key),
         };
@@ -263,14 +291,15 @@ mod tests {
         let many: Vec<_> =
             (0..500).map(|i| request(&format!("ns{}", i % 7), &format!("s{i}"), 0.95, 300.0)).collect();
         assert_eq!(plan(&many), one);
-        // 3 percentiles + 3 sample counts + 3 rates + 5 gauges.
-        assert_eq!(one.len(), 14);
-        // A second percentile on the same window adds its 3 percentiles only; a second window
-        // adds 3 percentiles and 3 counts.
+        // 3 percentiles + 3 sample counts + 3 rates + the short request rate + the prompt
+        // length's percentile + 6 gauges.
+        assert_eq!(one.len(), 17);
+        // A second percentile on the same window adds its 3 percentiles and its prompt-length
+        // percentile; a second window adds those 4 and 3 counts.
         let two_q = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.99, 300.0)]);
-        assert_eq!(two_q.len(), 17);
+        assert_eq!(two_q.len(), 21);
         let two_w = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.95, 120.0)]);
-        assert_eq!(two_w.len(), 20);
+        assert_eq!(two_w.len(), 24);
         assert!(plan(&[]).is_empty());
     }
 

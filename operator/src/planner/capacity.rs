@@ -1,22 +1,36 @@
-//! The capacity model: from an engine profile's step times and an observed workload to the
-//! percentiles the SLA is about, for any replica count, batch size and tier.
+//! The capacity model: from an engine profile's step times and a workload to the percentiles the
+//! SLA is about, for any configuration (replicas, batch size, token budget, tier), and from
+//! there to the highest request rate one replica of a configuration holds within a share of the
+//! targets.
 //!
-//! One replica is a continuous-batching server with `max_batch_size` slots. A request holds a
-//! slot for its prefill and its decode steps; every step costs what the profile's
-//! [`StepModel`] says for the rows and prompt tokens in it. The running batch size follows from
-//! Little's law by fixed-point iteration; requests beyond the free slots queue, and the queue is
-//! an M/M/c (Erlang C) queue with one server per slot, whose waiting-time tail gives TTFT's. A
-//! step that carries a prompt chunk is longer, which is what ITL's tail sees. The model is a
-//! seed: [`Correction`](super::Correction) factors learned online (observed / predicted) absorb
-//! what it leaves out.
+//! One replica is a continuous-batching server with `max_batch_size` slots and a token budget
+//! per step. A request holds a slot for its prefill and its decode steps; every step costs what
+//! the profile's [`StepModel`] says for the rows, prompt tokens and context in it.
+//!
+//! - The running batch follows from Little's law by fixed-point iteration; prompt work spread
+//!   over the decode steps stretches each of them.
+//! - Requests beyond the free slots queue: an M/M/c (Erlang C) queue with one server per slot
+//!   gives the waiting-time tail. Prompts also queue for the step's token budget behind other
+//!   prompts (an M/M/1 tail on the prefill work). TTFT at the percentile = both waits + the
+//!   prefill of a long prompt (the observed prompt length at the percentile, when known).
+//! - ITL's tail is a mixture: most steps carry decode rows only, a share `f` also carries a
+//!   prompt chunk (at most the budget less the decode rows). The percentile lands on the chunk
+//!   steps once `f` exceeds the tail's mass, and rises with `f`: this is why the token budget
+//!   is a lever for ITL and the batch size often is not.
+//!
+//! The model is a seed: [`Correction`](super::Correction) factors learned online (observed /
+//! predicted, per configuration) absorb what it leaves out.
 
 use super::observation::ServiceMetrics;
 use super::profile::{EngineProfile, StepModel};
 use pacer_crds::Tier;
 use std::collections::BTreeMap;
 
-/// Most prompt and decode tokens one step processes (the engine's `--max-num-batched-tokens`).
-pub const STEP_TOKEN_BUDGET: f64 = 512.0;
+/// The engine's default token budget (`--max-num-batched-tokens`).
+pub const STEP_TOKEN_BUDGET: u32 = 512;
+/// A long prompt, for TTFT's tail, as a multiple of the mean prompt (the workload only gives
+/// the mean; 1.5 sits between a fixed length, 1.0, and a uniform spread's P95, 1.9).
+pub const LONG_PROMPT: f64 = 1.5;
 
 /// The load on a service: arrivals and mean request shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -27,6 +41,9 @@ pub struct Workload {
     pub prompt_tokens: f64,
     /// Mean generated tokens per request.
     pub output_tokens: f64,
+    /// Prompt tokens at the SLA percentile, when observed ([`LONG_PROMPT`] × the mean
+    /// otherwise).
+    pub prompt_tail: Option<f64>,
 }
 
 impl Workload {
@@ -42,8 +59,25 @@ impl Workload {
             request_rate: rate,
             prompt_tokens: prompt / rate,
             output_tokens: (output / rate).max(1.0),
+            prompt_tail: m.prompt_tokens_tail.filter(|p| p.is_finite() && *p >= 1.0),
         })
     }
+
+    /// The same request shape at another rate.
+    pub fn at_rate(&self, request_rate: f64) -> Workload {
+        Workload { request_rate: request_rate.max(0.0), ..*self }
+    }
+}
+
+/// One replica's engine settings and tier: what the capacity of a replica depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EngineConfig {
+    /// The weights' tier.
+    pub tier: Tier,
+    /// Most sequences in the running batch.
+    pub max_batch_size: u32,
+    /// Most tokens one step carries.
+    pub token_budget: u32,
 }
 
 /// Predicted percentiles of one configuration.
@@ -100,24 +134,88 @@ impl CapacityModel {
         self.steps.get(&tier)
     }
 
-    /// Whether no tier is profiled (the planner is then purely reactive).
+    /// Whether no tier is profiled (the planner then learns from observations alone).
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
     }
 
-    /// Predicted percentiles (`quantile` in 0..1) of `replicas` replicas at `tier` with
-    /// `max_batch_size` slots each under `load`; `None` when the tier is not profiled.
+    /// Predicted percentiles (`quantile` in 0..1) of `replicas` replicas of `config` under
+    /// `load` (spread evenly over the replicas); `None` when the tier is not profiled.
     pub fn predict(
         &self,
-        tier: Tier,
-        max_batch_size: u32,
+        config: &EngineConfig,
         replicas: i32,
         load: &Workload,
         quantile: f64,
     ) -> Option<Prediction> {
-        let step = self.step(tier)?;
-        Some(predict_replica(step, f64::from(max_batch_size.max(1)), load, replicas.max(1), quantile))
+        let step = self.step(config.tier)?;
+        let per_replica = load.at_rate(load.request_rate / f64::from(replicas.max(1)));
+        Some(predict_replica(step, config, &per_replica, quantile))
     }
+
+    /// The highest request rate one replica of `config` holds with its predicted percentiles,
+    /// multiplied by `scale` (a learned correction), within `ttft_limit` and `itl_limit`, for
+    /// the request shape of `shape`; 0 when not even a lone request does; `None` when the tier
+    /// is not profiled.
+    pub fn capacity(
+        &self,
+        config: &EngineConfig,
+        shape: &Workload,
+        quantile: f64,
+        limits: Limits,
+    ) -> Option<f64> {
+        let step = self.step(config.tier)?;
+        let holds = |rate: f64| {
+            let p = predict_replica(step, config, &shape.at_rate(rate), quantile);
+            p.stable()
+                && p.utilization <= limits.utilization
+                && limits.ttft_scale * p.ttft <= limits.ttft
+                && limits.itl_scale * p.itl <= limits.itl
+        };
+        if !holds(1e-6) {
+            return Some(0.0);
+        }
+        // The rate at which the slots alone would be full with lone-request hold times bounds
+        // the search from above.
+        let lone = predict_replica(step, config, &shape.at_rate(1e-6), quantile);
+        let mut hi = f64::from(config.max_batch_size.max(1))
+            / (lone.ttft + shape.output_tokens * lone.itl).max(1e-6)
+            * 2.0;
+        while holds(hi) && hi < 1e6 {
+            hi *= 2.0;
+        }
+        let mut lo = 0.0;
+        for _ in 0..40 {
+            let mid = 0.5 * (lo + hi);
+            if holds(mid) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+            if hi - lo < 1e-4 * hi {
+                break;
+            }
+        }
+        Some(lo)
+    }
+}
+
+/// The latencies a configuration must stay within, and the corrections its predictions are
+/// multiplied by first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Seconds of TTFT allowed at the percentile.
+    pub ttft: f64,
+    /// Seconds of ITL allowed at the percentile.
+    pub itl: f64,
+    /// The learned TTFT correction (observed / predicted).
+    pub ttft_scale: f64,
+    /// The learned ITL correction.
+    pub itl_scale: f64,
+    /// The highest predicted utilization (slots, or the engine's time) allowed: near 1 a
+    /// queue's percentiles swing from window to window whatever their mean says, and the
+    /// percentiles the model predicts there are the least certain.
+    pub utilization: f64,
 }
 
 /// The tier `pacer-engine --tier` calls `name`.
@@ -125,32 +223,32 @@ pub fn tier_named(name: &str) -> Option<Tier> {
     [Tier::F32, Tier::Q8_0, Tier::Native, Tier::Q4_0].into_iter().find(|t| t.as_str() == name)
 }
 
-fn predict_replica(
-    step: &StepModel,
-    slots: f64,
-    load: &Workload,
-    replicas: i32,
-    quantile: f64,
-) -> Prediction {
-    let lambda = load.request_rate / f64::from(replicas);
-    let prompt = load.prompt_tokens.max(0.0);
+fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, quantile: f64) -> Prediction {
+    let slots = f64::from(config.max_batch_size.max(1));
+    let budget = f64::from(config.token_budget.max(config.max_batch_size).max(1));
+    let lambda = load.request_rate.max(0.0);
+    let prompt = load.prompt_tokens.max(1.0);
     let output = load.output_tokens.max(1.0);
+    let tail = (1.0 - quantile).clamp(1e-6, 1.0);
     // Tokens a decode row attends to, on average over its life.
     let context = prompt + output / 2.0;
-    let chunks = (prompt / STEP_TOKEN_BUDGET).ceil().max(1.0);
     let decode_step = |b: f64| step.step_seconds(b, 0.0, b * context);
+    // Prompt tokens a step can carry beside `b` decode rows.
+    let room = |b: f64| (budget - b).max(1.0);
+    let chunks = |tokens: f64, b: f64| (tokens / room(b)).ceil().max(1.0);
+    // Share of the engine's time spent on prompt tokens.
+    let prefill_share = (lambda * prompt * step.per_prefill_token_s).min(0.95);
     // Fixed point of Little's law: batch = arrivals × slot-holding time, capped by the slots.
     let mut batch = (lambda * (decode_step(1.0) * output)).min(slots).max(f64::MIN_POSITIVE);
     let mut hold = 0.0;
-    for _ in 0..40 {
+    let mut itl_mean = decode_step(1.0);
+    for _ in 0..60 {
         let b = batch.max(1.0);
-        // Prompt work spread over the decode steps stretches each of them.
-        let prefill_share = (lambda * prompt * step.per_prefill_token_s).min(0.95);
-        let itl_mean = decode_step(b) / (1.0 - prefill_share);
-        let prefill = prompt * step.per_prefill_token_s + chunks * decode_step(b);
+        itl_mean = decode_step(b) / (1.0 - prefill_share);
+        let prefill = prompt * step.per_prefill_token_s + chunks(prompt, b) * decode_step(b);
         hold = prefill + (output - 1.0).max(0.0) * itl_mean;
         let next = (lambda * hold).min(slots);
-        if (next - batch).abs() < 1e-6 {
+        if (next - batch).abs() < 1e-7 {
             batch = next;
             break;
         }
@@ -158,26 +256,39 @@ fn predict_replica(
     }
     let b = batch.max(1.0);
     let offered = lambda * hold;
-    let utilization = offered / slots;
-    // ITL's tail: the share of steps that carry a prompt chunk; if it exceeds the tail mass the
-    // percentile lands on such a step.
+    // The engine's time: every decode row and prompt token, and the fixed cost of steps as
+    // full as the slots allow, must fit in a second; past that the queue grows whatever the
+    // slots say.
+    let busy = prefill_share
+        + lambda
+            * (output - 1.0).max(0.0)
+            * (step.per_decode_row_s + step.per_context_token_s * context + step.base_s / slots);
+    let utilization = (offered / slots).max(busy);
+
+    // ITL: a mixture of plain decode steps and steps that carry a prompt chunk.
     let plain = decode_step(b);
-    let chunk_tokens = prompt.min(STEP_TOKEN_BUDGET - b).max(0.0);
-    let with_chunk = plain + chunk_tokens * step.per_prefill_token_s;
-    let steps_per_second = 1.0 / plain.max(1e-9);
-    let chunk_share = (lambda * chunks / steps_per_second).min(1.0);
-    let tail = 1.0 - quantile;
-    let itl = if chunk_share >= tail {
-        with_chunk
+    let chunk_share = (lambda * chunks(prompt, b) * itl_mean).min(1.0);
+    // Chunk sizes: spread evenly up to twice the mean chunk, at most the room in a step.
+    let mean_chunk = (prompt / chunks(prompt, b)).min(room(b));
+    let widest = (2.0 * mean_chunk).min(room(b));
+    let itl = if chunk_share <= tail {
+        plain
     } else {
-        // Between the two, in proportion to how close the chunk share comes to the tail.
-        plain + (with_chunk - plain) * (chunk_share / tail)
+        plain + step.per_prefill_token_s * widest * (1.0 - tail / chunk_share)
     };
-    let prefill_alone = prompt * step.per_prefill_token_s + chunks * decode_step(b);
+
+    // TTFT: wait for a slot (Erlang C), wait behind other prompts, then prefill a long prompt.
+    let long = load.prompt_tail.unwrap_or(LONG_PROMPT * prompt).max(prompt).max(1.0);
+    let prefill_long = long * step.per_prefill_token_s + chunks(long, b) * decode_step(b);
+    let prompt_wait = if prefill_share > tail {
+        prompt * step.per_prefill_token_s / (1.0 - prefill_share) * (prefill_share / tail).ln()
+    } else {
+        0.0
+    };
     let ttft = if utilization >= 1.0 {
         f64::INFINITY
     } else {
-        prefill_alone + erlang_c_wait_quantile(slots, offered, hold, quantile)
+        prefill_long + prompt_wait + erlang_c_wait_quantile(slots, offered, hold, quantile)
     };
     Prediction { ttft, itl, utilization, batch: b }
 }
@@ -232,7 +343,11 @@ pub(crate) mod tests {
     }
 
     fn load(rate: f64) -> Workload {
-        Workload { request_rate: rate, prompt_tokens: 200.0, output_tokens: 100.0 }
+        Workload { request_rate: rate, prompt_tokens: 200.0, output_tokens: 100.0, prompt_tail: None }
+    }
+
+    fn config(batch: u32, budget: u32) -> EngineConfig {
+        EngineConfig { tier: Tier::Native, max_batch_size: batch, token_budget: budget }
     }
 
     #[test]
@@ -247,29 +362,65 @@ pub(crate) mod tests {
     #[test]
     fn one_request_alone_costs_its_prefill_and_decode_steps() {
         let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
-        let p = model.predict(Tier::Native, 8, 1, &load(0.001), 0.95).expect("profiled");
+        let p = model.predict(&config(8, 512), 1, &load(0.001), 0.95).expect("profiled");
         let s = test_step();
         assert!((p.itl - s.step_seconds(1.0, 0.0, 250.0)).abs() < 2e-3, "{p:?}");
-        let prefill = 200.0 * s.per_prefill_token_s + s.step_seconds(1.0, 0.0, 250.0);
+        let prefill = 300.0 * s.per_prefill_token_s + s.step_seconds(1.0, 0.0, 250.0);
         assert!((p.ttft - prefill).abs() < 1e-3, "{p:?}");
     }
 
     #[test]
     fn more_load_means_slower_and_more_replicas_mean_faster() {
         let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
-        let at = |rate: f64, n: i32| model.predict(Tier::Native, 8, n, &load(rate), 0.95).expect("profiled");
+        let at = |rate: f64, n: i32| model.predict(&config(8, 512), n, &load(rate), 0.95).expect("profiled");
         let (light, heavy) = (at(0.5, 1), at(2.0, 1));
         assert!(heavy.ttft > light.ttft && heavy.itl > light.itl && heavy.utilization > light.utilization);
         assert!(at(2.0, 2).ttft < heavy.ttft);
         // Far past capacity the queue never drains.
         assert!(!at(100.0, 1).stable());
-        assert!(model.predict(Tier::Q4_0, 8, 1, &load(1.0), 0.95).is_none(), "unprofiled tier");
+        let q4 = EngineConfig { tier: Tier::Q4_0, ..config(8, 512) };
+        assert!(model.predict(&q4, 1, &load(1.0), 0.95).is_none(), "unprofiled tier");
     }
 
     #[test]
-    fn a_smaller_batch_lowers_itl() {
+    fn a_smaller_token_budget_lowers_the_itl_tail_once_chunk_steps_reach_it() {
         let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
-        let at = |b: u32| model.predict(Tier::Native, b, 1, &load(1.5), 0.95).expect("profiled");
-        assert!(at(4).itl <= at(16).itl);
+        let long = |rate: f64| Workload {
+            request_rate: rate,
+            prompt_tokens: 400.0,
+            output_tokens: 100.0,
+            prompt_tail: None,
+        };
+        // Busy: more than the tail's share of steps carry a prompt chunk, so P95 ITL is such a
+        // step, and smaller chunks make it shorter, at some cost in TTFT.
+        let wide = model.predict(&config(8, 512), 1, &long(2.0), 0.95).expect("profiled");
+        let narrow = model.predict(&config(8, 64), 1, &long(2.0), 0.95).expect("profiled");
+        assert!(narrow.itl < 0.6 * wide.itl, "{narrow:?} vs {wide:?}");
+        assert!(narrow.ttft >= wide.ttft, "{narrow:?} vs {wide:?}");
+        // Light: chunk steps are rarer than the tail, P95 ITL is a plain step; cutting prompts
+        // into more chunks puts more steps in the tail, so the budget is no lever there.
+        let wide = model.predict(&config(8, 512), 1, &long(0.5), 0.95).expect("profiled");
+        let narrow = model.predict(&config(8, 64), 1, &long(0.5), 0.95).expect("profiled");
+        assert!(wide.itl <= narrow.itl, "{narrow:?} vs {wide:?}");
+    }
+
+    #[test]
+    fn capacity_is_the_rate_where_a_limit_binds_and_scales_with_the_correction() {
+        let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
+        let limits = Limits { ttft: 1.0, itl: 0.2, ttft_scale: 1.0, itl_scale: 1.0, utilization: 1.0 };
+        let c = model.capacity(&config(8, 512), &load(1.0), 0.95, limits).expect("profiled");
+        assert!(c > 0.1 && c < 20.0, "{c}");
+        let at = |rate: f64| model.predict(&config(8, 512), 1, &load(rate), 0.95).expect("profiled");
+        let (below, above) = (at(0.98 * c), at(1.05 * c));
+        assert!(below.stable() && below.ttft <= 1.0 && below.itl <= 0.2, "{below:?}");
+        assert!(!above.stable() || above.ttft > 1.0 || above.itl > 0.2, "{above:?}");
+        // A pessimistic correction lowers the capacity.
+        let corrected = model
+            .capacity(&config(8, 512), &load(1.0), 0.95, Limits { ttft_scale: 2.0, itl_scale: 2.0, ..limits })
+            .expect("profiled");
+        assert!(corrected < c, "{corrected} vs {c}");
+        // A target below a lone request's step: no capacity at all.
+        let none = Limits { itl: 0.001, ..limits };
+        assert_eq!(model.capacity(&config(8, 512), &load(1.0), 0.95, none), Some(0.0));
     }
 }

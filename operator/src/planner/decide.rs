@@ -1,49 +1,106 @@
-//! The planner's rules. One call, one tick:
+//! One tick of the planner: predict, then act.
 //!
-//! 1. **Trust.** Missing or stale metrics, or too few requests for a percentile: hold the last
-//!    decision and say why. The planner never scales on garbage.
-//! 2. **Signal.** Per SLA dimension the ratio observed / target, smoothed; the SLA is violated
-//!    above 1.0 and has headroom only well below it ([`HEADROOM`]): a hysteresis band.
-//! 3. **Learn.** While the levers have been still for a whole window, the ratio of observed to
-//!    predicted percentile corrects the capacity model for this tier and batch size.
-//! 4. **Violation**, once it has lasted the scale-up stabilization: batch first when ITL binds
-//!    and the replicas carry the load (live, no restart; one move per half window), the batch
-//!    back when TTFT binds with ITL headroom, replicas for TTFT, queueing and a load the model
-//!    says needs more (to the model's count, bounded per step), a faster tier only at max
-//!    replicas and only when allowed.
-//! 5. **Prediction.** Within target but the model says the load needs more replicas: add them
-//!    before the percentile crosses.
-//! 6. **Headroom**, once it has lasted the scale-down stabilization: restore precision first,
-//!    then shed replicas (to the model's count, bounded), then raise the batch back.
+//! 1. **Trust.** Missing or stale metrics, or too few requests for a percentile while traffic
+//!    flows: hold the last decision and say why. The planner never scales on garbage.
+//! 2. **Verdict.** The windowed percentiles against the targets: the SLA is `Met` or
+//!    `Violated`. The verdict is what status reports; it does not size anything.
+//! 3. **Learn.** While the levers have been still for a whole window and every replica is
+//!    ready, observed / predicted corrects the capacity model for this configuration.
+//! 4. **Forecast** the load over the horizon a decision needs to work ([`Forecast`]).
+//! 5. **Choose** the cheapest configuration predicted to carry the forecast within
+//!    [`MARGIN`] of the targets ([`choose::cheapest`](super::choose::cheapest)), and move
+//!    toward it:
+//!    - more replicas than run: add them in one step, to the count the model says; when the
+//!      replicas ready now are predicted to fall behind before the new ones start, tighten the
+//!      batch settings at once (the fast lever) and give them back when the replicas are
+//!      ready;
+//!    - the same replicas with other batch settings or a faster tier: move those;
+//!    - fewer replicas or a more precise tier, at the forecast's scale-down load within
+//!      [`SHED_MARGIN`] (a hysteresis band), for the scale-down stabilization: restore
+//!      precision first, then shed.
+//! 6. **React** when the verdict says violated and the model says the configuration holds:
+//!    the model is wrong here, so after the scale-up stabilization its correction is raised to
+//!    what was observed and one replica more is added at least.
 //!
-//! Guards: no scale-up while the last one is still starting, nor until the window reflects
-//! it; a cooldown after a tier rollout; min/max bounds; Advisory mode only recommends.
+//! Guards: a tier rollout's cooldown; bounds; Advisory mode only recommends; a scale-up's
+//! starting replicas count as capacity (the levers hold the desired count).
 
-use super::capacity::{CapacityModel, Prediction, Workload};
+use super::capacity::{CapacityModel, Workload};
+use super::choose::{self, Choice, engine_config};
+use super::forecast::{Forecast, RATE_WINDOW};
 use super::levers::{Direction, Lever, Levers};
 use super::observation::{Freshness, Observation, Quantile, Seconds};
 use super::spec::PlannerSpec;
-use super::{Change, Correction, Decision, History, Reason, SlaState, correction_key};
+use super::{Change, Decision, History, Reason, SlaState, correction_for, correction_key};
 
-/// Weight of the newest ratio in the smoothed signal.
+/// Weight of the newest ratio in the smoothed signal (reported, and the headroom test of an
+/// unprofiled service).
 pub const SMOOTHING: f64 = 0.6;
-/// Ratios below this on every dimension count as headroom.
-pub const HEADROOM: f64 = 0.6;
-/// Above this ratio, with the model predicting more replicas are needed, scale ahead.
-pub const PREDICT_FROM: f64 = 0.8;
-/// The share of each target the model plans for, leaving room for noise.
-pub const PLAN_MARGIN: f64 = 0.8;
-/// Weight of the newest observation in a learned correction.
+/// The share of each target a configuration must be predicted within to be chosen (room for
+/// one window's percentile to sit above the mean of many).
+pub const MARGIN: f64 = 0.95;
+/// The load a configuration must carry, as a multiple of the forecast: capacity headroom.
+/// Headroom is planned in load, not in latency: a latency curve is flat until the queue
+/// builds and then steep, so a latency margin buys nothing on its flat part, and where a
+/// latency floor (a long prompt's prefill) sits near the target it asks for replicas that do
+/// not help.
+pub const LOAD_HEADROOM: f64 = 1.1;
+/// The share of each target a smaller configuration must be predicted within before capacity
+/// is given back...
+pub const SHED_MARGIN: f64 = 0.9;
+/// ...carrying this multiple of the scale-down load (the peak rate of the scale-down
+/// stabilization window): with the peak and the tighter margin, a hysteresis band, so a load
+/// at the edge does not flap.
+pub const SHED_HEADROOM: f64 = 1.1;
+/// Weight of the newest observation in a learned correction...
 pub const LEARNING_RATE: f64 = 0.3;
-/// A scale-up whose pods are not ready after this long no longer blocks the next one.
+/// ...and when the observation says the model was optimistic (err toward the SLA).
+pub const LEARNING_RATE_UP: f64 = 0.5;
+/// A scale-up whose pods are not ready after this long no longer counts as starting.
 pub const STARTING_TIMEOUT: Seconds = 600.0;
-/// A violation this soon after a scale-in means the scale-in went too far.
-pub const FLAP_WINDOW: Seconds = 1800.0;
-/// A learned scale-in floor holds while the request rate is at least this share of the rate
-/// it was learned at...
-pub const FLOOR_LOAD_SHARE: f64 = 0.85;
-/// ...and for this long.
-pub const FLOOR_LIFETIME: Seconds = 6.0 * 3600.0;
+/// The replica start assumed before one has been seen.
+pub const DEFAULT_POD_START: Seconds = 60.0;
+/// An unprofiled service sheds a replica when every ratio is below this.
+pub const HEADROOM: f64 = 0.6;
+
+/// Whether the planner should evaluate now: its interval has passed, or a leading signal
+/// crossed since the last evaluation (the waiting queue grew over the last two observations).
+/// Drivers that observe more often than they evaluate call this on every observation and
+/// [`note`] the observation after.
+pub fn due(spec: &PlannerSpec, observation: &Observation, history: &History, now: Seconds) -> bool {
+    let interval_passed = history.evaluated_at.is_none_or(|t| now - t >= spec.evaluation_interval - 1e-6);
+    let waiting = observation.metrics.waiting.filter(|w| w.is_finite());
+    let growing = match (history.waiting_seen.as_slice(), waiting) {
+        ([a, b], Some(w)) => w > *b && *b > *a && w >= 1.0,
+        _ => false,
+    };
+    let fresh = matches!(observation.freshness, Freshness::Fresh);
+    interval_passed || (fresh && growing)
+}
+
+/// Records an observation's leading signals in the history (for [`due`] and the forecast).
+pub fn note(observation: &Observation, history: &mut History) {
+    let m = &observation.metrics;
+    if let Some(w) = m.waiting.filter(|w| w.is_finite()) {
+        history.waiting_seen.push(w);
+        let excess = history.waiting_seen.len().saturating_sub(2);
+        history.waiting_seen.drain(..excess);
+    }
+    if let (Some(r), Some(w)) = (m.running, m.waiting)
+        && (r + w).is_finite()
+    {
+        history.in_flight_seen = Some((observation.at, r + w));
+    }
+}
+
+/// How fast the requests in flight grew since the last observation noted, per second.
+fn in_flight_growth(observation: &Observation, history: &History) -> Option<f64> {
+    let (at, before) = history.in_flight_seen?;
+    let m = &observation.metrics;
+    let now = m.running? + m.waiting?;
+    let dt = observation.at - at;
+    (dt > 0.0 && now.is_finite()).then(|| (now - before) / dt)
+}
 
 /// Decides the levers for the next interval. Pure: same inputs, same decision.
 pub fn decide(
@@ -55,12 +112,13 @@ pub fn decide(
     now: Seconds,
 ) -> Decision {
     let mut history = history.clone();
-    let mut ctx = Tick { spec, model, obs: observation, current: *current, now };
+    history.evaluated_at = Some(now);
+    let mut tick = Tick { spec, model, obs: observation, current: *current, now };
     // A spec edit can leave the levers outside the new ranges; bring them back first.
-    let clamped = ctx.clamped();
+    let clamped = tick.clamped();
     if clamped != *current {
-        ctx.current = clamped;
-        return ctx.finish(
+        tick.current = clamped;
+        return tick.finish(
             &mut history,
             clamped,
             Reason::OutOfRange,
@@ -68,19 +126,31 @@ pub fn decide(
             SlaState::Unknown,
         );
     }
-    // The last scale-up is done once its replicas are ready (or it has taken too long).
-    if let Some((target, at)) = history.pending_scale_up
-        && (observation.ready_replicas >= target.min(current.replicas) || now - at > STARTING_TIMEOUT)
-    {
-        history.pending_scale_up = None;
+    // The last scale-up is done once its replicas are ready (or it has taken too long); how
+    // long it took is the horizon of the next forecasts.
+    if let Some((target, at)) = history.pending_scale_up {
+        if observation.ready_replicas >= target.min(current.replicas) {
+            let took = (now - at).max(spec.evaluation_interval);
+            history.pod_start = Some(match history.pod_start {
+                Some(p) => 0.5 * p + 0.5 * took,
+                None => took,
+            });
+            history.pending_scale_up = None;
+        } else if now - at > STARTING_TIMEOUT {
+            history.pending_scale_up = None;
+        }
     }
 
     match &observation.freshness {
         Freshness::Missing { reason } => {
-            return ctx.hold(&mut history, Reason::MetricsMissing, format!("holding: no metrics ({reason})"));
+            return tick.hold(
+                &mut history,
+                Reason::MetricsMissing,
+                format!("holding: no metrics ({reason})"),
+            );
         }
         Freshness::Stale { age } => {
-            return ctx.hold(
+            return tick.hold(
                 &mut history,
                 Reason::MetricsStale,
                 format!("holding: the newest metrics are {age:.0}s old"),
@@ -88,6 +158,8 @@ pub fn decide(
         }
         Freshness::Fresh => {}
     }
+    let growth = in_flight_growth(observation, &history);
+    note(observation, &mut history);
 
     let m = &observation.metrics;
     let ratio = |q: &Quantile, target: Option<f64>| Some(q.seconds()? / target?);
@@ -95,9 +167,8 @@ pub fn decide(
     let raw_itl = ratio(&m.itl, Some(spec.itl_target));
     let raw_e2e = ratio(&m.e2e, spec.e2e_target);
     if raw_ttft.is_none() && raw_itl.is_none() {
-        return ctx.idle_or_blind(&mut history);
+        return tick.idle_or_blind(&mut history);
     }
-
     let smooth = |prev: Option<f64>, raw: Option<f64>| match (prev, raw) {
         (Some(p), Some(r)) => Some(SMOOTHING * r + (1.0 - SMOOTHING) * p),
         (_, r) => r,
@@ -105,40 +176,62 @@ pub fn decide(
     history.ttft_ratio = smooth(history.ttft_ratio, raw_ttft);
     history.itl_ratio = smooth(history.itl_ratio, raw_itl);
     history.e2e_ratio = smooth(history.e2e_ratio, raw_e2e);
-    let raw_max = [raw_ttft, raw_itl, raw_e2e].into_iter().flatten().fold(0.0, f64::max);
-    let sla = if raw_max > 1.0 { SlaState::Violated } else { SlaState::Met };
-    ctx.learn(&mut history);
-
-    let ttft_side = history.ttft_ratio.unwrap_or(0.0).max(history.e2e_ratio.unwrap_or(0.0));
-    let itl_side = history.itl_ratio.unwrap_or(0.0);
-    let signal = ttft_side.max(itl_side);
-
-    if signal > 1.0 {
-        history.headroom_since = None;
-        let since = *history.violating_since.get_or_insert(now);
-        return ctx.on_violation(&mut history, since, ttft_side, itl_side, sla);
+    let verdict =
+        Verdict { ttft: raw_ttft.unwrap_or(0.0).max(raw_e2e.unwrap_or(0.0)), itl: raw_itl.unwrap_or(0.0) };
+    let sla = if verdict.worst() > 1.0 { SlaState::Violated } else { SlaState::Met };
+    if sla == SlaState::Violated {
+        history.violating_since.get_or_insert(now);
+    } else {
+        history.violating_since = None;
     }
-    history.violating_since = None;
-    if signal >= PREDICT_FROM
-        && let Some(decision) = ctx.predicted_scale_up(&mut history, sla)
+    tick.learn(&mut history);
+    if let Some(r) = [m.request_rate, m.request_rate_short]
+        .into_iter()
+        .flatten()
+        .filter(|r| r.is_finite())
+        .reduce(f64::max)
     {
-        return decision;
+        history.recent_rates.retain(|(t, _)| now - t < spec.scale_down_stabilization);
+        history.recent_rates.push((now, r));
     }
-    if signal < HEADROOM {
-        let since = *history.headroom_since.get_or_insert(now);
-        return ctx.on_headroom(&mut history, since, sla);
+
+    match tick.plan(&history, growth) {
+        Some(plan) => tick.act(&mut history, &plan, verdict, sla),
+        None => tick.reactive(&mut history, verdict, sla),
     }
-    history.headroom_since = None;
-    ctx.finish(
-        &mut history,
-        *current,
-        Reason::SlaMet,
-        format!("the SLA holds at {:.0}% of its tightest target", signal * 100.0),
-        sla,
-    )
 }
 
-/// The inputs of one tick, and the rules as methods over them.
+/// The windowed percentiles over their targets (E2E counts with TTFT).
+#[derive(Debug, Clone, Copy)]
+struct Verdict {
+    ttft: f64,
+    itl: f64,
+}
+
+impl Verdict {
+    fn worst(&self) -> f64 {
+        self.ttft.max(self.itl)
+    }
+}
+
+/// What the model says at this tick.
+struct Plan {
+    forecast: Forecast,
+    shape: Workload,
+    /// The cheapest configuration carrying the forecast within [`MARGIN`].
+    up: Choice,
+    /// The cheapest carrying the scale-down load within [`SHED_MARGIN`].
+    down: Option<Choice>,
+    /// Per-replica capacity of the current configuration within [`MARGIN`].
+    current_capacity: f64,
+    /// The load to carry: the forecast with [`LOAD_HEADROOM`].
+    need_up: f64,
+    /// The load a smaller configuration must carry: the scale-down load with
+    /// [`SHED_HEADROOM`].
+    need_down: f64,
+}
+
+/// The inputs of one tick, and the steps as methods over them.
 struct Tick<'a> {
     spec: &'a PlannerSpec,
     model: &'a CapacityModel,
@@ -157,95 +250,88 @@ impl Tick<'_> {
         } else {
             s.preferred_tier
         };
+        let batch = self.current.max_batch_size.clamp(s.batch_min, s.batch_max.max(s.batch_min));
         Levers {
             replicas: self.current.replicas.clamp(s.min_replicas, s.max_replicas.max(s.min_replicas)),
-            max_batch_size: self.current.max_batch_size.clamp(s.batch_min, s.batch_max.max(s.batch_min)),
+            max_batch_size: batch,
             batch_wait_ms: self.current.batch_wait_ms,
+            max_num_batched_tokens: self
+                .current
+                .max_num_batched_tokens
+                .clamp(s.budget_min, s.budget_max.max(s.budget_min))
+                .max(batch),
             tier,
         }
     }
 
-    fn workload(&self) -> Option<Workload> {
-        Workload::from_metrics(&self.obs.metrics)
+    fn rate_window(&self) -> Seconds {
+        RATE_WINDOW.min(self.spec.window)
     }
 
-    fn correction(&self, history: &History, levers: &Levers) -> Correction {
-        history
-            .correction
-            .get(&correction_key(levers.tier, levers.max_batch_size))
-            .copied()
-            .unwrap_or_default()
+    fn horizon(&self, history: &History) -> Seconds {
+        history.pod_start.unwrap_or(DEFAULT_POD_START) + 2.0 * self.spec.evaluation_interval
     }
 
-    /// The model's prediction for `levers` under the observed load, with the learned correction
-    /// of that tier and batch; `None` when the model cannot say (no profile or no load figures).
-    fn predicted(&self, history: &History, levers: &Levers) -> Option<(Prediction, Correction)> {
-        let load = self.workload()?;
-        let p = self.model.predict(
-            levers.tier,
-            levers.max_batch_size,
-            levers.replicas,
-            &load,
-            self.spec.quantile(),
+    /// The forecast and the configurations it calls for; `None` when the model cannot say (no
+    /// profile for the tiers, or no load figures).
+    fn plan(&self, history: &History, growth: Option<f64>) -> Option<Plan> {
+        let shape = Workload::from_metrics(&self.obs.metrics)?;
+        let mut forecast =
+            Forecast::from_metrics(&self.obs.metrics, self.rate_window(), self.horizon(history), growth)?;
+        // Capacity goes back only below the peak of the rates seen over the scale-down
+        // stabilization window, as a bursty load's quiet minute is no promise.
+        forecast.down = history.recent_rates.iter().map(|(_, r)| *r).fold(forecast.down, f64::max);
+        let tiers = choose::tiers(self.spec);
+        let (need_up, need_down) = (forecast.up * LOAD_HEADROOM, forecast.down * SHED_HEADROOM);
+        let up = choose::cheapest(
+            self.spec,
+            self.model,
+            history,
+            &self.current,
+            &shape,
+            need_up,
+            MARGIN,
+            None,
+            &tiers,
         )?;
-        Some((p, self.correction(history, levers)))
+        let down = choose::cheapest(
+            self.spec,
+            self.model,
+            history,
+            &self.current,
+            &shape,
+            need_down,
+            SHED_MARGIN,
+            None,
+            &tiers,
+        );
+        let current_capacity =
+            choose::per_replica(self.spec, self.model, history, &self.current, &shape, MARGIN).unwrap_or(0.0);
+        Some(Plan { forecast, shape, up, down, current_capacity, need_up, need_down })
     }
 
-    /// Whether `levers` are predicted to meet every target scaled by `margin`, with the learned
-    /// corrections; `None` when the model cannot say.
-    fn meets(&self, history: &History, levers: &Levers, margin: f64) -> Option<bool> {
-        let (p, c) = self.predicted(history, levers)?;
-        Some(
-            p.stable()
-                && c.ttft * p.ttft <= margin * self.spec.ttft_target
-                && c.itl * p.itl <= margin * self.spec.itl_target,
-        )
-    }
-
-    /// Whether `levers` keep up with the load with TTFT within its target at the plan margin
-    /// (ITL aside); `None` when the model cannot say.
-    fn carries(&self, history: &History, levers: &Levers) -> Option<bool> {
-        let (p, c) = self.predicted(history, levers)?;
-        Some(p.stable() && c.ttft * p.ttft <= PLAN_MARGIN * self.spec.ttft_target)
-    }
-
-    /// The fewest replicas in `[min, max]` predicted to meet the targets at `margin`.
-    fn replicas_needed(&self, history: &History, margin: f64) -> Option<i32> {
-        let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
-        for n in min..=max {
-            if self.meets(history, &Levers { replicas: n, ..self.current }, margin)? {
-                return Some(n);
-            }
-        }
-        Some(max)
-    }
-
-    /// Updates the correction of the current tier and batch from this observation, when the
+    /// Updates the correction of the current configuration from this observation, when the
     /// levers have been still for a whole window (else the window mixes two configurations).
     fn learn(&self, history: &mut History) {
         let still_since = history.last_change.values().copied().fold(f64::NEG_INFINITY, f64::max);
         if self.now - still_since < self.spec.window || self.obs.ready_replicas < self.current.replicas {
             return;
         }
-        let Some(load) = self.workload() else { return };
-        let Some(p) = self.model.predict(
-            self.current.tier,
-            self.current.max_batch_size,
-            self.current.replicas,
-            &load,
-            self.spec.quantile(),
-        ) else {
+        let Some(load) = Workload::from_metrics(&self.obs.metrics) else { return };
+        let config = engine_config(&self.current);
+        let Some(p) = self.model.predict(&config, self.current.replicas, &load, self.spec.quantile()) else {
             return;
         };
         if !p.stable() {
             return;
         }
-        let key = correction_key(self.current.tier, self.current.max_batch_size);
-        let entry = history.correction.entry(key).or_default();
+        let start = correction_for(history, &config);
+        let entry = history.correction.entry(correction_key(&config)).or_insert(start);
         let update = |old: f64, observed: Option<f64>, predicted: f64| match observed {
             Some(o) if predicted > 0.0 => {
                 let ratio = (o / predicted).clamp(0.25, 4.0);
-                (1.0 - LEARNING_RATE) * old + LEARNING_RATE * ratio
+                let rate = if ratio > old { LEARNING_RATE_UP } else { LEARNING_RATE };
+                (1.0 - rate) * old + rate * ratio
             }
             _ => old,
         };
@@ -253,27 +339,436 @@ impl Tick<'_> {
         entry.itl = update(entry.itl, self.obs.metrics.itl.seconds(), p.itl);
     }
 
-    fn on_violation(
+    /// Seconds since any lever last moved.
+    fn still_for(&self, history: &History) -> Seconds {
+        self.now - history.last_change.values().copied().fold(f64::NEG_INFINITY, f64::max)
+    }
+
+    fn in_cooldown(&self, history: &History) -> bool {
+        history.tier_changed_at.is_some_and(|at| self.now - at < self.cooldown())
+    }
+
+    /// A tier rollout replaces every pod; judge the new tier only after the window has turned
+    /// over at least halfway, and never sooner than two evaluations.
+    fn cooldown(&self) -> Seconds {
+        (self.spec.window / 2.0).max(2.0 * self.spec.evaluation_interval)
+    }
+
+    /// One sentence on the prediction a move rests on.
+    fn predicted(&self, plan: &Plan, history: &History, levers: &Levers) -> String {
+        let load = plan.shape.at_rate(plan.forecast.up);
+        let config = engine_config(levers);
+        let c = correction_for(history, &config);
+        let Some(p) = self.model.predict(&config, levers.replicas, &load, self.spec.quantile()) else {
+            return format!("forecast {:.2} req/s", plan.forecast.up);
+        };
+        let ms = |s: f64| if s.is_finite() { format!("{:.0} ms", s * 1000.0) } else { "∞".into() };
+        format!(
+            "forecast {:.2} req/s (now {:.2}, {:.0} waiting); {} replica{} predict P{} TTFT {} of {:.0}, ITL {} of {:.0}",
+            plan.forecast.up,
+            plan.forecast.short,
+            plan.forecast.waiting,
+            levers.replicas,
+            if levers.replicas == 1 { "" } else { "s" },
+            self.spec.percentile,
+            ms(c.ttft * p.ttft),
+            self.spec.ttft_target * 1000.0,
+            ms(c.itl * p.itl),
+            self.spec.itl_target * 1000.0
+        )
+    }
+
+    /// Why capacity goes up: ahead of a violation while the SLA holds (`LoadPredicted`), else
+    /// the dimension the verdict (or, without one, the prediction) says is worse.
+    fn up_reason(&self, plan: &Plan, history: &History, verdict: Verdict, sla: SlaState) -> Reason {
+        let (ttft, itl) = if sla == SlaState::Violated {
+            (verdict.ttft, verdict.itl)
+        } else {
+            let config = engine_config(&self.current);
+            let c = correction_for(history, &config);
+            let load = plan.shape.at_rate(plan.forecast.up);
+            match self.model.predict(&config, self.current.replicas, &load, self.spec.quantile()) {
+                Some(p) if p.stable() => {
+                    (c.ttft * p.ttft / self.spec.ttft_target, c.itl * p.itl / self.spec.itl_target)
+                }
+                _ => (f64::INFINITY, 0.0),
+            }
+        };
+        if sla == SlaState::Met {
+            Reason::LoadPredicted
+        } else if itl > ttft {
+            Reason::ItlViolated
+        } else {
+            Reason::TtftViolated
+        }
+    }
+
+    fn act(&self, history: &mut History, plan: &Plan, verdict: Verdict, sla: SlaState) -> Decision {
+        let cur = self.current;
+        let want = *plan.up.candidate();
+        let holds = matches!(plan.up, Choice::Holds(_));
+
+        // 1. More replicas than run (starting ones count): one step to the model's count.
+        if want.levers.replicas > cur.replicas {
+            return self.scale_up(history, plan, &want.levers, verdict, sla);
+        }
+        // 2. The warm-up cover is given back once the new replicas are ready.
+        if let Some((batch, budget)) = history.cover
+            && history.pending_scale_up.is_none()
+        {
+            history.cover = None;
+            let back = Levers { max_batch_size: batch, max_num_batched_tokens: budget, ..cur };
+            if back != cur {
+                return self.finish(
+                    history,
+                    back,
+                    Reason::BatchRestored,
+                    format!(
+                        "the replicas are ready: batch settings back to {batch} sequences, {budget} tokens per step"
+                    ),
+                    sla,
+                );
+            }
+        }
+        let current_holds = f64::from(cur.replicas) * plan.current_capacity >= plan.need_up;
+        // 3. The replicas suffice but the current settings do not hold: the same replicas with
+        //    other batch settings, or (never as a fast lever) a faster tier.
+        if !current_holds && holds && want.levers.replicas <= cur.replicas {
+            let target = Levers { replicas: cur.replicas, ..want.levers };
+            if target.tier != cur.tier {
+                if self.in_cooldown(history) {
+                    return self.cooling(history, sla);
+                }
+                let degrading = self.spec.tier_rank(target.tier) > self.spec.tier_rank(cur.tier);
+                if degrading && !self.sustained_overload(history, plan) {
+                    return self.waiting_to_degrade(history, plan, sla);
+                }
+                let reason = if degrading { Reason::DegradedForLatency } else { Reason::PrecisionRestored };
+                return self.tier_move(history, plan, target, reason, sla);
+            }
+            if target != cur {
+                let reason = self.up_reason(plan, history, verdict, sla);
+                let what = self.predicted(plan, history, &target);
+                return self.finish(
+                    history,
+                    target,
+                    reason,
+                    format!(
+                        "{what}: batch settings {}/{} → {}/{} (sequences/tokens per step)",
+                        cur.max_batch_size,
+                        cur.max_num_batched_tokens,
+                        target.max_batch_size,
+                        target.max_num_batched_tokens
+                    ),
+                    sla,
+                );
+            }
+        }
+        // 4. Nothing within the ranges holds: at max replicas, the fastest tier the spec
+        //    allows, else say so.
+        if !holds {
+            if want.levers.tier != cur.tier
+                && self.spec.tier_rank(want.levers.tier) > self.spec.tier_rank(cur.tier)
+                && !self.in_cooldown(history)
+                && self.sustained_overload(history, plan)
+            {
+                let target = Levers { tier: want.levers.tier, ..cur };
+                return self.tier_move(history, plan, target, Reason::DegradedForLatency, sla);
+            }
+            let fast = Levers { replicas: cur.replicas, tier: cur.tier, ..want.levers };
+            if fast != cur && !current_holds {
+                let what = self.predicted(plan, history, &fast);
+                return self.finish(history, fast, self.up_reason(plan, history, verdict, sla), format!(
+                    "{what}: no configuration within the spec's ranges is predicted to hold; the batch settings predicted to come closest"
+                ), sla);
+            }
+            if sla != SlaState::Violated && true {
+                // Short of the margin everywhere, but holding: more replicas would not help
+                // (the model says so), so they may also be given back.
+                return self.headroom(history, plan, sla);
+            }
+            let mut d = self.hold_with(
+                history,
+                Reason::AtMaxReplicas,
+                format!(
+                    "no configuration the spec allows is predicted to hold forecast {:.2} req/s; running the one predicted to come closest ({} replicas)",
+                    plan.forecast.up, cur.replicas
+                ),
+                sla,
+            );
+            d.scaling_limited = cur.replicas >= self.spec.max_replicas;
+            return d;
+        }
+        // 5. The model says the configuration holds, the percentiles say it does not.
+        if sla == SlaState::Violated {
+            return self.reactive(history, verdict, sla);
+        }
+        // 6. Headroom: precision first, then replicas, then the batch settings back.
+        self.headroom(history, plan, sla)
+    }
+
+    /// More replicas, with the batch settings the chosen configuration runs at (the tier moves
+    /// on its own, never with a scale-up).
+    fn scale_up(
         &self,
         history: &mut History,
-        since: Seconds,
-        ttft_side: f64,
-        itl_side: f64,
+        plan: &Plan,
+        want: &Levers,
+        verdict: Verdict,
         sla: SlaState,
     ) -> Decision {
+        let cur = self.current;
+        let next = want.replicas;
+        let reason = self.up_reason(plan, history, verdict, sla);
+        let target = Levers { tier: cur.tier, ..*want };
+        let what = self.predicted(plan, history, &target);
+        let mut levers = target;
+        let mut note = if (target.max_batch_size, target.max_num_batched_tokens)
+            != (cur.max_batch_size, cur.max_num_batched_tokens)
+        {
+            format!(
+                ", batch settings {}/{} → {}/{}",
+                cur.max_batch_size,
+                cur.max_num_batched_tokens,
+                target.max_batch_size,
+                target.max_num_batched_tokens
+            )
+        } else {
+            String::new()
+        };
+        // Cover the start: the replicas ready now must carry the forecast until the new ones
+        // are; if they are predicted not to, the batch settings that hold them best meanwhile,
+        // given back once the replicas are ready.
+        let ready = self.obs.ready_replicas.clamp(1, cur.replicas);
+        let tier = [cur.tier];
+        let ready_capacity =
+            choose::per_replica(self.spec, self.model, history, &target, &plan.shape, MARGIN).unwrap_or(0.0);
+        if f64::from(ready) * ready_capacity < plan.forecast.up
+            && let Some(Choice::Holds(fast)) = choose::cheapest(
+                self.spec,
+                self.model,
+                history,
+                &target,
+                &plan.shape,
+                plan.forecast.up,
+                1.0,
+                Some(ready),
+                &tier,
+            )
+            && (fast.levers.max_batch_size, fast.levers.max_num_batched_tokens)
+                != (target.max_batch_size, target.max_num_batched_tokens)
+        {
+            if self.spec.enforce {
+                history.cover = Some((target.max_batch_size, target.max_num_batched_tokens));
+            }
+            levers.max_batch_size = fast.levers.max_batch_size;
+            levers.max_num_batched_tokens = fast.levers.max_num_batched_tokens;
+            note = format!(
+                "; until they are ready, batch settings {}/{} → {}/{}",
+                cur.max_batch_size,
+                cur.max_num_batched_tokens,
+                levers.max_batch_size,
+                levers.max_num_batched_tokens
+            );
+        }
+        if self.spec.enforce {
+            history.pending_scale_up = Some((next, self.now));
+        }
+        history.headroom_since = None;
+        self.finish(history, levers, reason, format!("{what}: replicas {} → {next}{note}", cur.replicas), sla)
+    }
+
+    /// Whether the long window's load alone, with headroom, is more than the current tier
+    /// carries with every replica allowed: a tier rollout is slow and costs precision, so a
+    /// short burst does not start one.
+    fn sustained_overload(&self, history: &History, plan: &Plan) -> bool {
+        let tier = [self.current.tier];
+        let rate = plan.forecast.long * LOAD_HEADROOM;
+        !matches!(
+            choose::cheapest(
+                self.spec,
+                self.model,
+                history,
+                &self.current,
+                &plan.shape,
+                rate,
+                MARGIN,
+                None,
+                &tier
+            ),
+            Some(Choice::Holds(_))
+        )
+    }
+
+    fn waiting_to_degrade(&self, history: &mut History, plan: &Plan, sla: SlaState) -> Decision {
+        self.hold_with(
+            history,
+            Reason::Stabilizing,
+            format!(
+                "forecast {:.2} req/s needs a faster tier, but the long window's {:.2} req/s does not yet: no rollout for a burst",
+                plan.forecast.up, plan.forecast.long
+            ),
+            sla,
+        )
+    }
+
+    fn tier_move(
+        &self,
+        history: &mut History,
+        plan: &Plan,
+        target: Levers,
+        reason: Reason,
+        sla: SlaState,
+    ) -> Decision {
+        let cur = self.current;
+        if self.spec.enforce {
+            history.tier_changed_at = Some(self.now);
+        }
+        history.headroom_since = None;
+        let what = self.predicted(plan, history, &target);
+        let how = if reason == Reason::DegradedForLatency { "faster, less precise" } else { "more precise" };
+        self.finish(
+            history,
+            target,
+            reason,
+            format!("{what}: tier {} → {} ({how})", cur.tier, target.tier),
+            sla,
+        )
+    }
+
+    fn cooling(&self, history: &mut History, sla: SlaState) -> Decision {
+        let since = history.tier_changed_at.map_or(0.0, |at| self.now - at);
+        self.hold_with(
+            history,
+            Reason::Cooldown,
+            format!(
+                "a tier rollout started {since:.0}s ago; waiting {:.0}s for it to settle",
+                self.cooldown()
+            ),
+            sla,
+        )
+    }
+
+    /// Capacity or precision back, once a cheaper configuration has been predicted to hold the
+    /// scale-down load within [`SHED_MARGIN`] for the scale-down stabilization.
+    fn headroom(&self, history: &mut History, plan: &Plan, sla: SlaState) -> Decision {
         let s = self.spec;
         let cur = self.current;
+        // A smaller configuration predicted to hold the scale-down load within the shed margin;
+        // or, where none holds at any size, predicted to come as close as the current one
+        // while the percentiles say the SLA holds.
+        let cheaper = match plan.down {
+            Some(Choice::Holds(c)) => Some(c),
+            Some(Choice::Short(c)) if sla == SlaState::Met => Some(c),
+            _ => None,
+        }
+        .filter(|c| {
+            let more_precise = s.tier_rank(c.levers.tier) < s.tier_rank(cur.tier);
+            c.levers.replicas < cur.replicas || more_precise
+        });
+        let batch_back =
+            (cur.max_batch_size, cur.max_num_batched_tokens) != (s.batch_initial, s.budget_initial) && {
+                let initial = Levers {
+                    max_batch_size: s.batch_initial,
+                    max_num_batched_tokens: s.budget_initial.max(s.batch_initial),
+                    ..cur
+                };
+                choose::per_replica(s, self.model, history, &initial, &plan.shape, SHED_MARGIN)
+                    .is_some_and(|cap| f64::from(cur.replicas) * cap >= plan.need_down)
+            };
+        if cheaper.is_none() && !batch_back {
+            history.headroom_since = None;
+            return self.finish(history, cur, Reason::SlaMet, self.predicted(plan, history, &cur), sla);
+        }
+        let since = *history.headroom_since.get_or_insert(self.now);
+        if self.now - since < s.scale_down_stabilization || history.pending_scale_up.is_some() {
+            return self.finish(
+                history,
+                cur,
+                Reason::SlaMet,
+                format!(
+                    "the SLA holds; a cheaper configuration has been predicted to hold for {:.0}s of the {:.0}s scale-down stabilization window",
+                    self.now - since,
+                    s.scale_down_stabilization
+                ),
+                sla,
+            );
+        }
+        if self.in_cooldown(history) {
+            return self.cooling(history, sla);
+        }
+        if let Some(c) = cheaper {
+            // Precision first: a more precise tier at the replicas running now, when the model
+            // says it holds there; shedding waits for it.
+            if s.tier_rank(c.levers.tier) < s.tier_rank(cur.tier) {
+                let target = Levers { tier: c.levers.tier, ..cur };
+                let fits = choose::per_replica(s, self.model, history, &target, &plan.shape, SHED_MARGIN)
+                    .is_some_and(|cap| f64::from(cur.replicas) * cap >= plan.need_down);
+                if fits {
+                    history.headroom_since = Some(self.now);
+                    return self.tier_move(history, plan, target, Reason::PrecisionRestored, sla);
+                }
+            }
+            if c.levers.replicas < cur.replicas && c.levers.tier == cur.tier {
+                // At most half per stabilization window: the model is trusted, not blindly.
+                let next =
+                    c.levers.replicas.max(cur.replicas - (cur.replicas / 2).max(1)).max(s.min_replicas);
+                let target = Levers { replicas: next, ..c.levers };
+                history.headroom_since = Some(self.now);
+                let what = self.predicted(plan, history, &target);
+                return self.finish(
+                    history,
+                    target,
+                    Reason::ReplicasShed,
+                    format!("{what}: replicas {} → {next}", cur.replicas),
+                    sla,
+                );
+            }
+        }
+        if batch_back {
+            let target = Levers {
+                max_batch_size: s.batch_initial,
+                max_num_batched_tokens: s.budget_initial.max(s.batch_initial),
+                ..cur
+            };
+            history.headroom_since = Some(self.now);
+            return self.finish(
+                history,
+                target,
+                Reason::BatchRestored,
+                format!(
+                    "headroom: batch settings back to the initial {}/{}",
+                    target.max_batch_size, target.max_num_batched_tokens
+                ),
+                sla,
+            );
+        }
+        self.finish(history, cur, Reason::SlaMet, "the SLA holds at the lowest cost allowed".into(), sla)
+    }
+
+    /// The percentiles say violated and the model cannot say (no profile, no load figures) or
+    /// says the configuration holds: after the scale-up stabilization, and once the last move
+    /// has had half a window to show, raise the correction to what was observed and add a
+    /// replica (or, at max replicas, the next faster tier when allowed).
+    fn reactive(&self, history: &mut History, verdict: Verdict, sla: SlaState) -> Decision {
+        let s = self.spec;
+        let cur = self.current;
+        if sla != SlaState::Violated {
+            // No model, and the SLA holds: shed by the smoothed ratios alone.
+            return self.unprofiled_headroom(history, sla);
+        }
+        history.headroom_since = None;
+        let since = history.violating_since.unwrap_or(self.now);
         let pct = |r: f64| format!("{:.0}%", r * 100.0);
-        if let Some(at) = history.tier_changed_at
-            && self.now - at < self.cooldown()
-        {
+        if self.now - since < s.scale_up_stabilization {
             return self.hold_with(
                 history,
-                Reason::Cooldown,
+                Reason::Stabilizing,
                 format!(
-                    "violated, but a tier rollout started {:.0}s ago; waiting {:.0}s for it to settle",
-                    self.now - at,
-                    self.cooldown()
+                    "violated ({} of target) for {:.0}s of the {:.0}s scale-up stabilization window",
+                    pct(verdict.worst()),
+                    self.now - since,
+                    s.scale_up_stabilization
                 ),
                 sla,
             );
@@ -289,152 +784,66 @@ impl Tick<'_> {
                 sla,
             );
         }
-        if self.now - since < s.scale_up_stabilization {
+        if self.in_cooldown(history) {
+            return self.cooling(history, sla);
+        }
+        if self.still_for(history) < s.window {
             return self.hold_with(
                 history,
                 Reason::Stabilizing,
                 format!(
-                    "violated for {:.0}s of the {:.0}s scale-up stabilization window",
-                    self.now - since,
-                    s.scale_up_stabilization
+                    "violated ({} of target), but the levers moved {:.0}s ago; the window shows their effect after {:.0}s",
+                    pct(verdict.worst()),
+                    self.still_for(history),
+                    s.window
                 ),
                 sla,
             );
         }
-        // The batch acts within a step, but the window's percentile shows it only as new
-        // requests replace old ones: one batch move per half window, so a lagging percentile
-        // does not walk the batch to its minimum.
-        // A scale-up changes the steps too (fewer rows per replica): it counts as a move.
-        let batch_moved = [Lever::Batch.as_str(), "replicas_up"]
-            .iter()
-            .filter_map(|k| history.last_change.get(*k).copied())
-            .reduce(f64::max);
-        let batch_settling = batch_moved.is_some_and(|t| self.now - t < s.window / 2.0);
-        let batch_may_move = |d: &str| {
-            batch_settling.then(|| {
-                format!(
-                    "{d}, but the batch or the replicas moved {:.0}s ago; waiting {:.0}s for the window to show the effect",
-                    self.now - batch_moved.unwrap_or(self.now),
-                    s.window / 2.0
-                )
-            })
-        };
-        // Batch first when ITL binds: it is live and restarts nothing. But a smaller batch
-        // also serves fewer requests per step: when the model says the load needs more
-        // replicas than run, cutting it would trade ITL for queueing, so replicas come first.
-        let cut = || self.batch_for_itl(history).unwrap_or(cur.max_batch_size * 3 / 4);
-        // A cut that has had half a window to show and left ITL within 10 % of where it was
-        // did not help: the steps are slow for another reason, and more replicas share it.
-        let cut_did_not_help = history.batch_cut.is_some_and(|(before, at)| {
-            let age = self.now - at;
-            age >= s.window / 2.0 && age <= 2.0 * s.window && itl_side >= 0.9 * before
-        });
-        let load_needs_replicas = cur.replicas < s.max_replicas
-            && cur.max_batch_size > s.batch_min
-            && (cut_did_not_help
-                || self.carries(history, &Levers { max_batch_size: cut().max(s.batch_min), ..cur })
-                    == Some(false));
-        if itl_side >= ttft_side && cur.max_batch_size > s.batch_min && !load_needs_replicas {
-            if let Some(why) = batch_may_move(&format!("ITL is at {} of target", pct(itl_side))) {
-                return self.hold_with(history, Reason::Stabilizing, why, sla);
+        // The model was optimistic here: learn it now, not after a whole window.
+        if let Some(load) = Workload::from_metrics(&self.obs.metrics) {
+            let config = engine_config(&cur);
+            if let Some(p) = self.model.predict(&config, cur.replicas, &load, s.quantile())
+                && p.stable()
+            {
+                let start = correction_for(history, &config);
+                let entry = history.correction.entry(correction_key(&config)).or_insert(start);
+                if let Some(o) = self.obs.metrics.ttft.seconds() {
+                    entry.ttft = entry.ttft.max((o / p.ttft.max(1e-9)).clamp(0.25, 4.0));
+                }
+                if let Some(o) = self.obs.metrics.itl.seconds() {
+                    entry.itl = entry.itl.max((o / p.itl.max(1e-9)).clamp(0.25, 4.0));
+                }
             }
-            let next = cut().clamp(s.batch_min, cur.max_batch_size - 1);
-            let levers = Levers { max_batch_size: next, ..cur };
-            if s.enforce {
-                history.batch_cut = Some((itl_side, self.now));
-            }
-            return self.finish(
-                history,
-                levers,
-                Reason::ItlViolated,
-                format!(
-                    "ITL is at {} of target: max batch size {} → {next} to shorten each step",
-                    pct(itl_side),
-                    cur.max_batch_size
-                ),
-                sla,
-            );
         }
-        // TTFT binds while ITL has headroom and the batch sits below its configured size (an
-        // earlier cut for ITL): give the batch back first. It is live, and a batch too small for
-        // the load queues requests however many replicas run.
-        if ttft_side > itl_side
-            && itl_side < HEADROOM
-            && cur.max_batch_size < s.batch_initial
-            && !batch_settling
-        {
-            let next = cur.max_batch_size.saturating_mul(2).min(s.batch_initial);
-            let levers = Levers { max_batch_size: next, ..cur };
-            return self.finish(
-                history,
-                levers,
-                Reason::TtftViolated,
-                format!(
-                    "TTFT is at {} of target while ITL is at {}: max batch size {} → {next} to serve more per step",
-                    pct(ttft_side),
-                    pct(itl_side),
-                    cur.max_batch_size
-                ),
-                sla,
-            );
-        }
-        // The last scale-up is ready, but the window still holds latencies from before it: add
-        // more only if the model agrees that more are needed.
-        let recent_up = history.last_change.get("replicas_up").is_some_and(|t| self.now - t < s.window);
-        let needed = self.replicas_needed(history, PLAN_MARGIN);
-        if recent_up && needed.is_some_and(|n| n <= cur.replicas) {
-            return self.hold_with(history, Reason::ScaleUpInProgress, format!(
-                "violated, but the window still holds latencies from before the last scale-up and the model says {} replicas suffice",
-                cur.replicas
-            ), sla);
-        }
+        let reason = if verdict.itl > verdict.ttft { Reason::ItlViolated } else { Reason::TtftViolated };
         if cur.replicas < s.max_replicas {
-            let step_bound = (cur.replicas * 2).max(cur.replicas + 4);
-            let next =
-                needed.unwrap_or(cur.replicas + 1).max(cur.replicas + 1).min(step_bound).min(s.max_replicas);
-            let (reason, what) = if itl_side > ttft_side && cut_did_not_help {
-                (
-                    Reason::ItlViolated,
-                    format!("ITL is at {} of target, and the last batch cut did not lower it", pct(itl_side)),
-                )
-            } else if itl_side > ttft_side && load_needs_replicas {
-                (
-                    Reason::ItlViolated,
-                    format!(
-                        "ITL is at {} of target, and a smaller batch would not carry the load",
-                        pct(itl_side)
-                    ),
-                )
-            } else if itl_side > ttft_side {
-                (
-                    Reason::ItlViolated,
-                    format!("ITL is at {} of target with the batch at its minimum", pct(itl_side)),
-                )
-            } else {
-                (Reason::TtftViolated, format!("TTFT is at {} of target", pct(ttft_side)))
-            };
-            history.pending_scale_up = Some((next, self.now));
-            history.batch_cut = None;
-            self.learn_floor(history, next);
-            let levers = Levers { replicas: next, ..cur };
+            let next = cur.replicas + 1;
+            if s.enforce {
+                history.pending_scale_up = Some((next, self.now));
+            }
             return self.finish(
                 history,
-                levers,
+                Levers { replicas: next, ..cur },
                 reason,
-                format!("{what}: replicas {} → {next}", cur.replicas),
+                format!(
+                    "violated at {} of target where the model predicted it would hold: replicas {} → {next}",
+                    pct(verdict.worst()),
+                    cur.replicas
+                ),
                 sla,
             );
         }
-        // At max replicas: a faster tier, one step, when the spec allows.
         if s.allow_degrade
             && let Some(rank) = s.tier_rank(cur.tier)
             && let Some(faster) = s.tiers.get(rank + 1)
         {
-            history.tier_changed_at = Some(self.now);
-            let levers = Levers { tier: *faster, ..cur };
-            return self.finish(history, levers, Reason::DegradedForLatency, format!(
+            if s.enforce {
+                history.tier_changed_at = Some(self.now);
+            }
+            return self.finish(history, Levers { tier: *faster, ..cur }, Reason::DegradedForLatency, format!(
                 "violated at {} of target with all {} replicas: tier {} → {faster} (faster, less precise)",
-                pct(ttft_side.max(itl_side)),
+                pct(verdict.worst()),
                 cur.replicas,
                 cur.tier
             ), sla);
@@ -444,7 +853,7 @@ impl Tick<'_> {
             Reason::AtMaxReplicas,
             format!(
                 "violated at {} of target with all {} replicas and no faster tier allowed",
-                pct(ttft_side.max(itl_side)),
+                pct(verdict.worst()),
                 cur.replicas
             ),
             sla,
@@ -453,35 +862,27 @@ impl Tick<'_> {
         d
     }
 
-    /// Within target, but the load now needs more replicas than run: add them ahead.
-    fn predicted_scale_up(&self, history: &mut History, sla: SlaState) -> Option<Decision> {
-        let cur = self.current;
-        if history.pending_scale_up.is_some()
-            || history.tier_changed_at.is_some_and(|t| self.now - t < self.cooldown())
-        {
-            return None;
-        }
-        let needed = self.replicas_needed(history, 1.0)?;
-        if needed <= cur.replicas {
-            return None;
-        }
-        let next = needed.min((cur.replicas * 2).max(cur.replicas + 4)).min(self.spec.max_replicas);
-        if next <= cur.replicas {
-            return None;
-        }
-        history.pending_scale_up = Some((next, self.now));
-        self.learn_floor(history, next);
-        let load = self.workload().map_or(0.0, |w| w.request_rate);
-        Some(self.finish(history, Levers { replicas: next, ..cur }, Reason::LoadPredicted, format!(
-            "{load:.2} requests/s needs {needed} replicas by the capacity model: replicas {} → {next} before the SLA breaks",
-            cur.replicas
-        ), sla))
-    }
-
-    fn on_headroom(&self, history: &mut History, since: Seconds, sla: SlaState) -> Decision {
+    /// Without a model: one replica fewer when every smoothed ratio has been below
+    /// [`HEADROOM`] for the scale-down stabilization; precision first.
+    fn unprofiled_headroom(&self, history: &mut History, sla: SlaState) -> Decision {
         let s = self.spec;
         let cur = self.current;
-        if self.now - since < s.scale_down_stabilization {
+        let signal = [history.ttft_ratio, history.itl_ratio, history.e2e_ratio]
+            .into_iter()
+            .flatten()
+            .fold(0.0, f64::max);
+        if signal >= HEADROOM {
+            history.headroom_since = None;
+            return self.finish(
+                history,
+                cur,
+                Reason::SlaMet,
+                format!("the SLA holds at {:.0}% of its tightest target", signal * 100.0),
+                sla,
+            );
+        }
+        let since = *history.headroom_since.get_or_insert(self.now);
+        if self.now - since < s.scale_down_stabilization || self.in_cooldown(history) {
             return self.finish(
                 history,
                 cur,
@@ -494,24 +895,17 @@ impl Tick<'_> {
                 sla,
             );
         }
-        // Precision first. A restore the model says would break the SLA waits (and so does
-        // shedding: capacity given away now would be needed for the restore).
         if let (Some(rank), Some(preferred)) = (s.tier_rank(cur.tier), s.tier_rank(s.preferred_tier))
             && rank > preferred
         {
             let precise = s.tiers[rank - 1];
-            let candidate = Levers { tier: precise, ..cur };
-            if self.meets(history, &candidate, PLAN_MARGIN) == Some(false) {
-                return self.finish(history, cur, Reason::SlaMet, format!(
-                    "headroom, but the model says tier {precise} would break the SLA at {} replicas; staying at {}",
-                    cur.replicas, cur.tier
-                ), sla);
+            if s.enforce {
+                history.tier_changed_at = Some(self.now);
             }
-            history.tier_changed_at = Some(self.now);
             history.headroom_since = Some(self.now);
             return self.finish(
                 history,
-                candidate,
+                Levers { tier: precise, ..cur },
                 Reason::PrecisionRestored,
                 format!(
                     "headroom for {:.0}s: tier {} → {precise} (more precise)",
@@ -522,54 +916,15 @@ impl Tick<'_> {
             );
         }
         if cur.replicas > s.min_replicas {
-            // Shed to the model's count, at most a quarter (at least one) per stabilization window.
-            let bound = cur.replicas - (cur.replicas / 4).max(1);
-            let mut next = self
-                .replicas_needed(history, PLAN_MARGIN)
-                .unwrap_or(cur.replicas - 1)
-                .max(bound)
-                .max(s.min_replicas);
-            if let Some(floor) = self.floor(history)
-                && next < floor
-            {
-                next = floor;
-                if next >= cur.replicas {
-                    return self.finish(history, cur, Reason::ShedFloor, format!(
-                        "headroom, but at this load fewer than {floor} replicas broke the SLA after the last scale-in; staying at {}",
-                        cur.replicas
-                    ), sla);
-                }
-            }
-            if next < cur.replicas {
-                let rate = self.obs.metrics.request_rate.unwrap_or(0.0);
-                history.last_shed = Some((cur.replicas, rate, self.now));
-                history.headroom_since = Some(self.now);
-                return self.finish(
-                    history,
-                    Levers { replicas: next, ..cur },
-                    Reason::ReplicasShed,
-                    format!("headroom for {:.0}s: replicas {} → {next}", self.now - since, cur.replicas),
-                    sla,
-                );
-            }
-        }
-        if cur.max_batch_size < s.batch_initial {
-            let doubled = cur.max_batch_size.saturating_mul(2).min(s.batch_initial);
-            let candidate = Levers { max_batch_size: doubled, ..cur };
-            if self.meets(history, &candidate, PLAN_MARGIN) != Some(false) {
-                history.headroom_since = Some(self.now);
-                return self.finish(
-                    history,
-                    candidate,
-                    Reason::BatchRestored,
-                    format!(
-                        "headroom for {:.0}s: max batch size {} → {doubled}",
-                        self.now - since,
-                        cur.max_batch_size
-                    ),
-                    sla,
-                );
-            }
+            history.headroom_since = Some(self.now);
+            let next = cur.replicas - 1;
+            return self.finish(
+                history,
+                Levers { replicas: next, ..cur },
+                Reason::ReplicasShed,
+                format!("headroom for {:.0}s: replicas {} → {next}", self.now - since, cur.replicas),
+                sla,
+            );
         }
         self.finish(
             history,
@@ -580,25 +935,6 @@ impl Tick<'_> {
         )
     }
 
-    /// A scale-up soon after a scale-in that it undoes: remember that fewer replicas than
-    /// before the scale-in do not hold this load.
-    fn learn_floor(&self, history: &mut History, next: i32) {
-        if let Some((before, rate, at)) = history.last_shed
-            && self.now - at < FLAP_WINDOW
-            && next >= before.min(self.current.replicas + 1)
-        {
-            history.shed_floor = Some((before.min(next), rate, self.now));
-            history.last_shed = None;
-        }
-    }
-
-    /// The learned scale-in floor, while the load is as high as when it was learned.
-    fn floor(&self, history: &History) -> Option<i32> {
-        let (replicas, rate, at) = history.shed_floor?;
-        let now_rate = self.obs.metrics.request_rate?;
-        (self.now - at < FLOOR_LIFETIME && now_rate >= FLOOR_LOAD_SHARE * rate).then_some(replicas)
-    }
-
     /// No percentile to judge by. With the request rate known to be near zero the service is
     /// idle: the headroom rules may give back capacity and precision. Otherwise hold.
     fn idle_or_blind(&self, history: &mut History) -> Decision {
@@ -607,8 +943,10 @@ impl Tick<'_> {
         let idle = m.request_rate.is_some_and(|r| r * self.spec.window < super::MIN_SAMPLES);
         if idle {
             history.violating_since = None;
-            let since = *history.headroom_since.get_or_insert(self.now);
-            let mut d = self.on_headroom(history, since, SlaState::Unknown);
+            history.ttft_ratio = None;
+            history.itl_ratio = None;
+            history.e2e_ratio = None;
+            let mut d = self.idle_headroom(history);
             if d.change.is_none() {
                 d.reason = Reason::TooFewSamples;
                 d.message = format!("idle: {samples:.0} requests in the window, too few for a percentile");
@@ -627,26 +965,17 @@ impl Tick<'_> {
         self.hold(history, reason, message)
     }
 
-    /// A tier rollout replaces every pod; judge the new tier only after the window has turned
-    /// over at least halfway, and never sooner than two evaluations.
-    fn cooldown(&self) -> Seconds {
-        (self.spec.window / 2.0).max(2.0 * self.spec.evaluation_interval)
-    }
-
-    /// The largest batch in range predicted to meet ITL at the plan margin.
-    fn batch_for_itl(&self, history: &History) -> Option<u32> {
-        let s = self.spec;
-        let load = self.workload()?;
-        let mut best = None;
-        for b in s.batch_min..=self.current.max_batch_size {
-            let levers = Levers { max_batch_size: b, ..self.current };
-            let p = self.model.predict(levers.tier, b, levers.replicas, &load, s.quantile())?;
-            let c = self.correction(history, &self.current);
-            if p.stable() && c.itl * p.itl <= PLAN_MARGIN * s.itl_target {
-                best = Some(b);
+    /// An idle service: with a model, the headroom rule at the (tiny) observed load; without
+    /// one, the unprofiled rule.
+    fn idle_headroom(&self, history: &mut History) -> Decision {
+        match self.plan(history, None) {
+            Some(plan) => self.headroom(history, &plan, SlaState::Unknown),
+            None => {
+                // No load figures at all: nothing in flight, so everything is headroom.
+                history.ttft_ratio = Some(0.0);
+                self.unprofiled_headroom(history, SlaState::Unknown)
             }
         }
-        best
     }
 
     fn hold(&self, history: &mut History, reason: Reason, message: String) -> Decision {
@@ -667,31 +996,35 @@ impl Tick<'_> {
         sla: SlaState,
     ) -> Decision {
         let cur = self.current;
-        let change = lever_change(&cur, &next);
+        let changes = lever_changes(&cur, &next);
         let enforce = self.spec.enforce || reason == Reason::OutOfRange;
-        if let Some(c) = &change {
+        if !changes.is_empty() {
             if enforce {
-                let key = match (c.lever, c.direction) {
-                    (Lever::Replicas, Direction::Up) => "replicas_up".to_string(),
-                    (Lever::Replicas, Direction::Down) => "replicas_down".to_string(),
-                    (lever, _) => lever.as_str().to_string(),
-                };
-                history.last_change.insert(key, self.now);
+                for c in &changes {
+                    let key = match (c.lever, c.direction) {
+                        (Lever::Replicas, Direction::Up) => "replicas_up".to_string(),
+                        (Lever::Replicas, Direction::Down) => "replicas_down".to_string(),
+                        (lever, _) => lever.as_str().to_string(),
+                    };
+                    history.last_change.insert(key, self.now);
+                }
                 history.changes.retain(|t| self.now - t < 3600.0);
                 history.changes.push(self.now);
             } else {
-                // Advisory: nothing moves, so nothing is starting or cooling down.
+                // Advisory: nothing moves, so nothing is starting, covering or cooling down.
                 history.pending_scale_up = None;
                 history.tier_changed_at = None;
+                history.cover = None;
             }
         }
         let levers = if enforce { next } else { cur };
         let message =
-            if enforce || change.is_none() { message } else { format!("advisory: would act: {message}") };
+            if enforce || changes.is_empty() { message } else { format!("advisory: would act: {message}") };
         Decision {
             levers,
             recommended: next,
-            change,
+            change: changes.first().cloned(),
+            changes,
             reason,
             message,
             sla,
@@ -702,12 +1035,12 @@ impl Tick<'_> {
     }
 }
 
-/// The one lever that differs between `from` and `to` (the planner moves one per decision),
-/// with its direction.
-fn lever_change(from: &Levers, to: &Levers) -> Option<Change> {
+/// The levers that differ between `from` and `to`, replicas first, with their directions.
+pub fn lever_changes(from: &Levers, to: &Levers) -> Vec<Change> {
     let direction = |up: bool| if up { Direction::Up } else { Direction::Down };
+    let mut out = Vec::new();
     if from.replicas != to.replicas {
-        return Some(Change {
+        out.push(Change {
             lever: Lever::Replicas,
             direction: direction(to.replicas > from.replicas),
             from: from.replicas.to_string(),
@@ -715,24 +1048,28 @@ fn lever_change(from: &Levers, to: &Levers) -> Option<Change> {
         });
     }
     if from.tier != to.tier {
-        // Tiers are ranked by the spec; the caller knows the rank, here "up" means towards f32.
+        // Here "up" means towards f32.
         let up = tier_precision(to.tier) > tier_precision(from.tier);
-        return Some(Change {
+        out.push(Change {
             lever: Lever::Tier,
             direction: direction(up),
             from: from.tier.to_string(),
             to: to.tier.to_string(),
         });
     }
-    if from.max_batch_size != to.max_batch_size || from.batch_wait_ms != to.batch_wait_ms {
-        return Some(Change {
+    if (from.max_batch_size, from.batch_wait_ms, from.max_num_batched_tokens)
+        != (to.max_batch_size, to.batch_wait_ms, to.max_num_batched_tokens)
+    {
+        let up = (to.max_batch_size, to.max_num_batched_tokens)
+            > (from.max_batch_size, from.max_num_batched_tokens);
+        out.push(Change {
             lever: Lever::Batch,
-            direction: direction(to.max_batch_size > from.max_batch_size),
-            from: from.max_batch_size.to_string(),
-            to: to.max_batch_size.to_string(),
+            direction: direction(up),
+            from: format!("{}/{}", from.max_batch_size, from.max_num_batched_tokens),
+            to: format!("{}/{}", to.max_batch_size, to.max_num_batched_tokens),
         });
     }
-    None
+    out
 }
 
 /// Bits of weight precision, for the direction of a tier change.

@@ -13,6 +13,8 @@ pub struct Levers {
     pub max_batch_size: u32,
     /// The engines' live `batch_wait_ms`.
     pub batch_wait_ms: u32,
+    /// The engines' live `max_num_batched_tokens`: the token budget of one step.
+    pub max_num_batched_tokens: u32,
     /// The weights' tier of the pod template.
     pub tier: Tier,
 }
@@ -26,6 +28,11 @@ impl Levers {
             replicas: s.replicas.min,
             max_batch_size: s.batching.max_batch_size.initial,
             batch_wait_ms: s.batching.batch_wait_ms.initial,
+            max_num_batched_tokens: s
+                .batching
+                .max_num_batched_tokens
+                .initial
+                .max(s.batching.max_batch_size.initial),
             tier: s.quantization.preferred(),
         }
     }
@@ -54,6 +61,10 @@ impl Levers {
                 .batch_wait_ms
                 .unwrap_or(initial.batch_wait_ms)
                 .clamp(s.batching.batch_wait_ms.min, s.batching.batch_wait_ms.max),
+            max_num_batched_tokens: status
+                .max_num_batched_tokens
+                .unwrap_or(initial.max_num_batched_tokens)
+                .clamp(s.batching.max_num_batched_tokens.min, s.batching.max_num_batched_tokens.max),
             tier,
         }
     }
@@ -65,7 +76,7 @@ impl Levers {
 pub enum Lever {
     /// Engine replicas.
     Replicas,
-    /// `max_batch_size` / `batch_wait_ms`.
+    /// `max_batch_size` / `batch_wait_ms` / `max_num_batched_tokens`: the live batch settings.
     Batch,
     /// The quantization tier.
     Tier,

@@ -7,11 +7,16 @@
 //! - [`spec`]: targets, ranges and policy in seconds.
 //! - [`levers`]: the three levers.
 //! - [`profile`]: an engine profile (step times per tier) from `pacer-engine profile`.
-//! - [`capacity`]: the queueing model that turns a profile and a load into predicted percentiles.
-//! - [`decide`](mod@decide): the rules, guards and lever order.
+//! - [`capacity`]: the queueing model that turns a profile and a load into predicted percentiles
+//!   and per-replica capacity.
+//! - [`forecast`]: the load to plan for, from the leading signals.
+//! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
+//! - [`decide`](mod@decide): trust, learning, and turning the choice into lever moves.
 
 pub mod capacity;
+pub mod choose;
 pub mod decide;
+pub mod forecast;
 pub mod levers;
 pub mod observation;
 pub mod profile;
@@ -19,14 +24,14 @@ pub mod spec;
 #[cfg(test)]
 mod tests;
 
-pub use capacity::{CapacityModel, Prediction, Workload};
-pub use decide::decide;
+pub use capacity::{CapacityModel, EngineConfig, Prediction, Workload};
+pub use decide::{decide, due};
+pub use forecast::Forecast;
 pub use levers::{Direction, Lever, Levers};
 pub use observation::{Freshness, MIN_SAMPLES, Observation, Quantile, Seconds, ServiceMetrics};
 pub use profile::{EngineProfile, StepModel};
 pub use spec::PlannerSpec;
 
-use pacer_crds::Tier;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -36,9 +41,10 @@ use std::collections::BTreeMap;
 pub enum Reason {
     /// Every SLA dimension is within target and nothing needs to move.
     SlaMet,
-    /// TTFT is over target: replicas were added.
+    /// TTFT is over target (or predicted to be at the forecast load): capacity was added.
     TtftViolated,
-    /// ITL is over target: the batch was made smaller (no restart).
+    /// ITL is over target (or predicted to be): the batch settings were tightened, or
+    /// replicas added.
     ItlViolated,
     /// At max replicas and still violating: a faster, less precise tier was chosen.
     DegradedForLatency,
@@ -46,11 +52,11 @@ pub enum Reason {
     PrecisionRestored,
     /// Headroom: replicas were given back.
     ReplicasShed,
-    /// Headroom, but the last scale-in at this load broke the SLA: replicas stay.
-    ShedFloor,
-    /// Headroom: the batch size was raised back toward its initial value.
+    /// The batch settings went back to their initial values (after a warm-up cover, or with
+    /// headroom).
     BatchRestored,
-    /// Traffic rose so that the capacity model predicts a violation: replicas were added ahead.
+    /// The forecast load needs more capacity than runs: replicas (or batch settings that carry
+    /// more) were added ahead of a violation.
     LoadPredicted,
     /// A violation, but it has not lasted the scale-up stabilization window yet.
     Stabilizing,
@@ -80,7 +86,6 @@ impl Reason {
             Reason::DegradedForLatency => "DegradedForLatency",
             Reason::PrecisionRestored => "PrecisionRestored",
             Reason::ReplicasShed => "ReplicasShed",
-            Reason::ShedFloor => "ShedFloor",
             Reason::BatchRestored => "BatchRestored",
             Reason::LoadPredicted => "LoadPredicted",
             Reason::Stabilizing => "Stabilizing",
@@ -142,8 +147,11 @@ pub struct Decision {
     pub levers: Levers,
     /// What the planner recommends; applied only in Enforce mode.
     pub recommended: Levers,
-    /// The lever moved (or recommended), if any.
+    /// The lever moved (or recommended), if any; the first of [`Decision::changes`].
     pub change: Option<Change>,
+    /// Every lever moved (or recommended): a scale-up may also tighten the batch settings to
+    /// cover the replicas' start.
+    pub changes: Vec<Change>,
     /// Why.
     pub reason: Reason,
     /// One sentence for people.
@@ -159,8 +167,10 @@ pub struct Decision {
 }
 
 /// What the planner remembers between ticks. Losing it (an operator restart) is safe: every
-/// window starts again from now, which only delays the next change.
+/// window starts again from now and the corrections are learned again, which only delays the
+/// next change.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct History {
     /// Smoothed ratio observed/target of TTFT.
     pub ttft_ratio: Option<f64>,
@@ -168,9 +178,9 @@ pub struct History {
     pub itl_ratio: Option<f64>,
     /// Smoothed ratio observed/target of E2E.
     pub e2e_ratio: Option<f64>,
-    /// Since when the SLA has been violated (smoothed), if it is.
+    /// Since when the SLA has been violated (raw percentiles), if it is.
     pub violating_since: Option<Seconds>,
-    /// Since when every dimension has been well under target, if it has.
+    /// Since when a cheaper configuration has been predicted to hold, if one has.
     pub headroom_since: Option<Seconds>,
     /// When each lever last moved.
     pub last_change: BTreeMap<String, Seconds>,
@@ -178,20 +188,26 @@ pub struct History {
     pub pending_scale_up: Option<(i32, Seconds)>,
     /// When the last tier rollout started.
     pub tier_changed_at: Option<Seconds>,
-    /// Learned ratio of observed to predicted percentile, per `tier/batch` and dimension.
+    /// Learned ratio of observed to predicted percentile, per engine configuration
+    /// ([`correction_key`]).
     pub correction: BTreeMap<String, Correction>,
     /// When the levers last changed (any lever), for the change-rate guard.
     pub changes: Vec<Seconds>,
-    /// The last scale-in: replicas before it, the request rate then, and when.
-    pub last_shed: Option<(i32, f64, Seconds)>,
-    /// Learned from a scale-in the SLA undid: fewer than this many replicas broke the SLA at
-    /// this request rate (and when it was learned). Scale-ins stop there while the load is as
-    /// high; this is what keeps a stationary load from flapping.
-    pub shed_floor: Option<(i32, f64, Seconds)>,
-    /// The last batch cut for ITL: the smoothed ITL ratio before it, and when. A cut that did
-    /// not lower ITL (steps slowed by something a batch does not change, e.g. CPU contention
-    /// or long prefills) is not repeated: replicas come next.
-    pub batch_cut: Option<(f64, Seconds)>,
+    /// Seconds a scale-up took to be ready, learned (the forecast's horizon).
+    pub pod_start: Option<Seconds>,
+    /// The batch settings before a warm-up cover tightened them (`max_batch_size`,
+    /// `max_num_batched_tokens`): given back once the new replicas are ready.
+    pub cover: Option<(u32, u32)>,
+    /// When the planner last evaluated.
+    pub evaluated_at: Option<Seconds>,
+    /// The waiting requests of the last two observations, oldest first, for the early
+    /// evaluation on a growing queue.
+    pub waiting_seen: Vec<f64>,
+    /// The requests in flight (running and waiting) at the last observation, and when.
+    pub in_flight_seen: Option<(Seconds, f64)>,
+    /// The request rates seen over the last scale-down stabilization window (when, the higher
+    /// of the two windows' rates): capacity is given back only below their peak.
+    pub recent_rates: Vec<(Seconds, f64)>,
 }
 
 /// A learned correction of the capacity model: observed percentile / predicted percentile.
@@ -209,7 +225,34 @@ impl Default for Correction {
     }
 }
 
-/// The key of a correction: the tier and batch setting it was learned at.
-pub fn correction_key(tier: Tier, max_batch_size: u32) -> String {
-    format!("{tier}/{max_batch_size}")
+/// The key of a correction: the tier, batch size and token budget it was learned at.
+pub fn correction_key(config: &EngineConfig) -> String {
+    format!("{}/{}/{}", config.tier, config.max_batch_size, config.token_budget)
+}
+
+fn parse_key(key: &str) -> Option<(String, f64, f64)> {
+    let mut parts = key.split('/');
+    let tier = parts.next()?.to_string();
+    let batch: f64 = parts.next()?.parse().ok()?;
+    let budget: f64 = parts.next()?.parse().ok()?;
+    Some((tier, batch, budget))
+}
+
+/// The correction of `config`: learned there, or borrowed from the nearest configuration
+/// learned (same tier first, nearest in log batch size and log budget), or none (1.0).
+pub fn correction_for(history: &History, config: &EngineConfig) -> Correction {
+    if let Some(c) = history.correction.get(&correction_key(config)) {
+        return *c;
+    }
+    let (b, t) = (f64::from(config.max_batch_size.max(1)).ln(), f64::from(config.token_budget.max(1)).ln());
+    history
+        .correction
+        .iter()
+        .filter_map(|(k, c)| {
+            let (tier, kb, kt) = parse_key(k)?;
+            let other_tier = if tier == config.tier.as_str() { 0.0 } else { 100.0 };
+            Some((other_tier + (kb.ln() - b).abs() + (kt.ln() - t).abs(), *c))
+        })
+        .min_by(|x, y| x.0.total_cmp(&y.0))
+        .map_or_else(Correction::default, |(_, c)| c)
 }

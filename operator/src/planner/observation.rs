@@ -33,6 +33,10 @@ pub enum Quantile {
 /// Fewest observations in the window for a percentile to count as a signal.
 pub const MIN_SAMPLES: f64 = 20.0;
 
+/// The window of the short request rate, seconds: the leading signal beside the rate window's.
+/// Two scrapes at the usual 15 s interval, so `rate()` always has two samples in it.
+pub const SHORT_RATE_WINDOW: Seconds = 30.0;
+
 impl Quantile {
     /// Classifies a computed percentile and its sample count.
     pub fn from_parts(seconds: Option<f64>, samples: Option<f64>) -> Quantile {
@@ -91,16 +95,28 @@ pub struct ServiceMetrics {
     pub itl: Quantile,
     /// End-to-end request latency at the SLA percentile.
     pub e2e: Quantile,
-    /// Finished requests per second.
+    /// Finished requests per second, over the rate window.
     pub request_rate: Option<f64>,
+    /// Finished requests per second over the short window ([`SHORT_RATE_WINDOW`]): with the
+    /// rate window's, the load's level now and its trend.
+    #[serde(default)]
+    pub request_rate_short: Option<f64>,
     /// Prompt tokens per second.
     pub prompt_token_rate: Option<f64>,
+    /// The prompt length at the SLA percentile (`vllm:request_prompt_tokens`): TTFT's tail
+    /// prefills the long prompts, not the mean one.
+    #[serde(default)]
+    pub prompt_tokens_tail: Option<f64>,
     /// Generated tokens per second.
     pub output_token_rate: Option<f64>,
     /// Sequences in running batches, summed over replicas.
     pub running: Option<f64>,
     /// Requests waiting for a batch slot, summed over replicas.
     pub waiting: Option<f64>,
+    /// Prompt tokens not yet prefilled (waiting requests and partly prefilled prompts), summed
+    /// over replicas (`pacer_engine_queued_prompt_tokens`; vLLM has no such gauge).
+    #[serde(default)]
+    pub queued_prompt_tokens: Option<f64>,
     /// Mean KV-cache usage over replicas, 0..1.
     pub kv_usage: Option<f64>,
     /// Engine replicas reporting metrics.
@@ -115,10 +131,13 @@ impl ServiceMetrics {
             itl: Quantile::Missing,
             e2e: Quantile::Missing,
             request_rate: None,
+            request_rate_short: None,
             prompt_token_rate: None,
+            prompt_tokens_tail: None,
             output_token_rate: None,
             running: None,
             waiting: None,
+            queued_prompt_tokens: None,
             kv_usage: None,
             reporting_replicas: None,
         }

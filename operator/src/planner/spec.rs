@@ -27,6 +27,12 @@ pub struct PlannerSpec {
     pub batch_max: u32,
     /// The `max_batch_size` the user chose as the default.
     pub batch_initial: u32,
+    /// Range of `max_num_batched_tokens` (the step's token budget).
+    pub budget_min: u32,
+    /// Range of `max_num_batched_tokens`.
+    pub budget_max: u32,
+    /// The `max_num_batched_tokens` the user chose as the default.
+    pub budget_initial: u32,
     /// Allowed tiers, most precise first.
     pub tiers: Vec<Tier>,
     /// The tier to run while the SLA holds.
@@ -60,6 +66,9 @@ impl PlannerSpec {
             batch_min: spec.batching.max_batch_size.min,
             batch_max: spec.batching.max_batch_size.max,
             batch_initial: spec.batching.max_batch_size.initial,
+            budget_min: spec.batching.max_num_batched_tokens.min,
+            budget_max: spec.batching.max_num_batched_tokens.max,
+            budget_initial: spec.batching.max_num_batched_tokens.initial,
             tiers: spec.quantization.allowed_tiers.clone(),
             preferred_tier: spec.quantization.preferred(),
             allow_degrade: spec.quantization.allow_degrade,

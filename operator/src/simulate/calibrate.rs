@@ -8,13 +8,41 @@ use super::trace::{self, Shape, Trace, TraceSpec};
 use super::{SimConfig, SimError, simulate};
 use pacer_bench::load::Length;
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Seconds of each stationary calibration run.
 const RUN_SECONDS: f64 = 600.0;
 /// The calibration runs' seed (fixed: calibration is a property of the profile, not the run).
 const SEED: u64 = 0xca1;
 
-fn steady(rate: f64, prompt: Length, output: Length) -> Result<Trace, SimError> {
+/// The request mix a calibration runs: lengths drawn from two distributions, or (prompt,
+/// output) pairs resampled from a trace's own requests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mix {
+    /// Prompt and output lengths drawn independently.
+    Drawn(Length, Length),
+    /// Pairs drawn at random from these.
+    Resampled(Arc<Vec<(u32, u32)>>),
+}
+
+impl From<(Length, Length)> for Mix {
+    fn from((prompt, output): (Length, Length)) -> Mix {
+        Mix::Drawn(prompt, output)
+    }
+}
+
+impl Mix {
+    /// The mix of `trace`'s own requests.
+    pub fn of(trace: &Trace) -> Mix {
+        Mix::Resampled(Arc::new(trace.requests.iter().map(|r| (r.prompt_tokens, r.output_tokens)).collect()))
+    }
+}
+
+fn steady(rate: f64, mix: &Mix) -> Result<Trace, SimError> {
+    let (prompt, output, resample) = match mix {
+        Mix::Drawn(p, o) => (*p, *o, None),
+        Mix::Resampled(pool) => (trace::PROMPT_TOKENS, trace::OUTPUT_TOKENS, Some(pool.clone())),
+    };
     trace::generate(&TraceSpec {
         shape: Shape::Steady,
         base_rate: rate,
@@ -22,21 +50,17 @@ fn steady(rate: f64, prompt: Length, output: Length) -> Result<Trace, SimError> 
         seed: SEED,
         prompt,
         output,
+        resample,
     })
 }
 
 /// The whole-run true percentiles of `n` static replicas at `rate`.
-fn stationary(
-    config: &SimConfig,
-    n: i32,
-    rate: f64,
-    lengths: (Length, Length),
-) -> Result<(f64, f64, f64, f64), SimError> {
+fn stationary(config: &SimConfig, n: i32, rate: f64, mix: &Mix) -> Result<(f64, f64, f64, f64), SimError> {
     let mut c = config.clone();
     c.initial.replicas = n;
     c.spec.min_replicas = n;
     c.spec.max_replicas = c.spec.max_replicas.max(n);
-    let t = steady(rate, lengths.0, lengths.1)?;
+    let t = steady(rate, mix)?;
     let o = simulate(&c, &t, &mut Static { replicas: n })?;
     let s = &o.summary;
     let inf = f64::INFINITY;
@@ -44,10 +68,10 @@ fn stationary(
 }
 
 /// The highest request rate `n` replicas hold with the whole-run percentiles within target.
-pub fn capacity(config: &SimConfig, n: i32, lengths: (Length, Length)) -> Result<f64, SimError> {
+pub fn capacity(config: &SimConfig, n: i32, mix: &Mix) -> Result<f64, SimError> {
     let (tt, it) = (config.spec.ttft_target, config.spec.itl_target);
     let meets = |rate: f64| -> Result<bool, SimError> {
-        let (ttft, itl, _, _) = stationary(config, n, rate, lengths)?;
+        let (ttft, itl, _, _) = stationary(config, n, rate, mix)?;
         Ok(ttft <= tt && itl <= it)
     };
     let mut lo = 0.0;
@@ -71,8 +95,8 @@ pub fn capacity(config: &SimConfig, n: i32, lengths: (Length, Length)) -> Result
 }
 
 /// [`capacity`] for 1 to `max_replicas` replicas.
-pub fn capacities(config: &SimConfig, lengths: (Length, Length)) -> Result<Vec<f64>, SimError> {
-    (1..=config.spec.max_replicas).map(|n| capacity(config, n, lengths)).collect()
+pub fn capacities(config: &SimConfig, mix: &Mix) -> Result<Vec<f64>, SimError> {
+    (1..=config.spec.max_replicas).map(|n| capacity(config, n, mix)).collect()
 }
 
 /// The offline lower bound of a trace: per scoring window, the fewest replicas whose
@@ -119,16 +143,11 @@ pub struct Profiled {
 
 impl Profiled {
     /// Profiles one replica at `steps` rates up to `top` requests/s.
-    pub fn measure(
-        config: &SimConfig,
-        top: f64,
-        steps: usize,
-        lengths: (Length, Length),
-    ) -> Result<Profiled, SimError> {
+    pub fn measure(config: &SimConfig, top: f64, steps: usize, mix: &Mix) -> Result<Profiled, SimError> {
         let points = (1..=steps)
             .map(|k| {
                 let rate = top * k as f64 / steps as f64;
-                stationary(config, 1, rate, lengths).map(|(_, _, ttft, itl)| (rate, ttft, itl))
+                stationary(config, 1, rate, mix).map(|(_, _, ttft, itl)| (rate, ttft, itl))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Profiled { points })

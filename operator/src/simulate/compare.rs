@@ -2,7 +2,7 @@
 //! policy on every trace, with the best static replica count searched and the offline bound
 //! computed; JSON summaries, per-window timelines, timeline pictures and a Markdown table.
 
-use super::calibrate::{self, Bound, Profiled};
+use super::calibrate::{self, Bound, Mix, Profiled};
 use super::pacer::Pacer;
 use super::policy::{Dynamo, Kpa, LlmdSlo, Policy, Static};
 use super::score::Outcome;
@@ -57,27 +57,60 @@ pub struct Calibration {
     pub profiled: Profiled,
 }
 
-/// The lengths every trace draws from.
+/// The lengths the built-in traces draw from (chat sessions build longer prompts).
 pub const LENGTHS: (Length, Length) = (trace::PROMPT_TOKENS, trace::OUTPUT_TOKENS);
 
-/// Calibrates `config` (a few seconds of CPU).
-pub fn calibrate(config: &SimConfig) -> Result<Calibration, SimError> {
-    let capacities = calibrate::capacities(config, LENGTHS)?;
+/// The traces `--compare` runs: the four the planner was developed on, then the three held
+/// out from its tuning.
+pub const SHAPES: [Shape; 7] = [
+    Shape::Step,
+    Shape::Ramp,
+    Shape::Diurnal,
+    Shape::Bursty,
+    Shape::FlashCrowd,
+    Shape::LlmdBench,
+    Shape::ChatSessions,
+];
+
+/// Calibrates `config` on the request mix `mix` (a few seconds of CPU).
+pub fn calibrate(config: &SimConfig, mix: &Mix) -> Result<Calibration, SimError> {
+    let capacities = calibrate::capacities(config, mix)?;
     let one = capacities.first().copied().unwrap_or(1.0).max(0.05);
-    let profiled = Profiled::measure(config, 1.6 * one, 24, LENGTHS)?;
+    let profiled = Profiled::measure(config, 1.6 * one, 24, mix)?;
     Ok(Calibration { capacities, profiled })
 }
 
-/// The trace `shape` at its base rate (a multiple of one replica's capacity).
+/// The request mix of `shape`: its length distributions, or for chat sessions the requests of
+/// a sample of its sessions (their prompts grow with the conversation).
+pub fn mix_of(shape: &Shape, seed: u64) -> Result<Mix, SimError> {
+    if *shape != Shape::ChatSessions {
+        return Ok(shape.lengths().into());
+    }
+    let (prompt, output) = shape.lengths();
+    let sample = trace::generate(&TraceSpec {
+        shape: shape.clone(),
+        base_rate: 2.0,
+        duration: 3600.0,
+        seed: seed ^ 0x5eed,
+        prompt,
+        output,
+        resample: None,
+    })?;
+    Ok(Mix::of(&sample))
+}
+
+/// The trace `shape` at its base rate (a multiple of one replica's capacity on its own mix).
 pub fn trace_for(shape: &Shape, cal: &Calibration, hours: f64, seed: u64) -> Result<Trace, SimError> {
     let one = cal.capacities.first().copied().unwrap_or(1.0);
+    let (prompt, output) = shape.lengths();
     trace::generate(&TraceSpec {
         shape: shape.clone(),
         base_rate: one * shape.load_multiple(),
         duration: hours * 3600.0,
         seed,
-        prompt: LENGTHS.0,
-        output: LENGTHS.1,
+        prompt,
+        output,
+        resample: None,
     })
 }
 
@@ -154,6 +187,10 @@ pub struct Row {
     pub policy: String,
     /// Share of windows meeting the SLA.
     pub attainment: f64,
+    /// Share of requests meeting both targets (llm-d's measure).
+    pub request_attainment: f64,
+    /// Mean replicas (llm-d's cost measure).
+    pub mean_replicas: f64,
     /// Pods × seconds.
     pub replica_seconds: f64,
     /// Against the bound.
@@ -175,6 +212,8 @@ impl Row {
             trace: s.trace.clone(),
             policy: name.into(),
             attainment: s.attainment,
+            request_attainment: s.request_attainment,
+            mean_replicas: s.mean_pods,
             replica_seconds: s.replica_seconds,
             vs_bound: s.vs_bound.unwrap_or(f64::NAN),
             changes_per_hour: s.changes_per_hour,
@@ -213,10 +252,20 @@ pub fn compare(
     seed: u64,
     out: &Path,
 ) -> Result<Vec<Row>, SimError> {
-    let shapes = [Shape::Step, Shape::Ramp, Shape::Diurnal, Shape::Bursty];
     let policies = [PolicyName::Pacer, PolicyName::LlmdSlo, PolicyName::Dynamo, PolicyName::Kpa];
     let mut rows = Vec::new();
-    for shape in &shapes {
+    let mut cals = vec![(Mix::from(LENGTHS), cal.clone())];
+    for shape in &SHAPES {
+        let mix = mix_of(shape, seed)?;
+        let cal = match cals.iter().find(|(m, _)| *m == mix) {
+            Some((_, c)) => c.clone(),
+            None => {
+                let c = calibrate(config, &mix)?;
+                cals.push((mix, c.clone()));
+                c
+            }
+        };
+        let cal = &cal;
         let trace = trace_for(shape, cal, hours, seed)?;
         let bound = calibrate::bound(config, &trace, &cal.capacities);
         for name in &policies {
@@ -245,6 +294,8 @@ fn bound_row(trace: &Trace, bound: &Bound) -> Row {
         trace: trace.name.clone(),
         policy: "bound".into(),
         attainment: f64::NAN,
+        request_attainment: f64::NAN,
+        mean_replicas: bound.replica_seconds / trace.duration.max(1e-9),
         replica_seconds: bound.replica_seconds,
         vs_bound: 1.0,
         changes_per_hour: f64::NAN,
@@ -257,17 +308,19 @@ fn bound_row(trace: &Trace, bound: &Bound) -> Row {
 /// The comparison as a Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| trace | policy | SLA attainment | replica-seconds | vs bound | changes/h | changes/h stationary | recovery after step | failed |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| trace | policy | windows met | requests met | replica-seconds | mean replicas | vs bound | changes/h | changes/h stationary | recovery after step | failed |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let num = |v: f64, f: &dyn Fn(f64) -> String| if v.is_finite() { f(v) } else { "—".into() };
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {} |\n",
             r.trace,
             r.policy,
             num(r.attainment, &|v| format!("{:.1} %", v * 100.0)),
+            num(r.request_attainment, &|v| format!("{:.1} %", v * 100.0)),
             r.replica_seconds,
+            r.mean_replicas,
             num(r.vs_bound, &|v| format!("{v:.2}×")),
             num(r.changes_per_hour, &|v| format!("{v:.1}")),
             r.stationary_changes_per_hour.map_or("—".into(), |v| format!("{v:.1}")),
@@ -301,7 +354,7 @@ pub struct Options {
 pub fn run(options: &Options) -> Result<Vec<PathBuf>, SimError> {
     let Options { config, trace: shape, policy, hours, seed, out, compare: all } = options;
     mkdir(out)?;
-    let cal = calibrate(config)?;
+    let cal = calibrate(config, &mix_of(shape, *seed)?)?;
     if *all {
         compare(config, &cal, *hours, *seed, out)?;
         return Ok(vec![out.join("compare.json"), out.join("compare.md")]);

@@ -86,6 +86,15 @@ pub struct Settings {
     pub max_batch_size: u32,
     /// Seconds an idle engine waits to fill a batch.
     pub batch_wait: f64,
+    /// Most tokens one step carries (`--max-num-batched-tokens`).
+    pub token_budget: u32,
+}
+
+impl Settings {
+    /// `max_batch_size` and `batch_wait` with the engine's default token budget.
+    pub const fn new(max_batch_size: u32, batch_wait: f64) -> Settings {
+        Settings { max_batch_size, batch_wait, token_budget: STEP_TOKEN_BUDGET }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -140,6 +149,13 @@ impl Engine {
     /// `vllm:num_requests_waiting`.
     pub fn waiting(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// `pacer_engine_queued_prompt_tokens`: prompt tokens not yet prefilled.
+    pub fn queued_prompt_tokens(&self) -> u64 {
+        let waiting: u64 = self.waiting.iter().map(|s| u64::from(s.prompt)).sum();
+        let running: u64 = self.running.iter().map(|s| u64::from(s.prompt - s.prefilled)).sum();
+        waiting + running
     }
 
     /// `vllm:kv_cache_usage_perc`.
@@ -201,6 +217,7 @@ impl Engine {
                 self.kv_free += s.kv;
                 let e2e = now - s.arrival;
                 self.metrics.e2e.observe(e2e);
+                self.metrics.prompt_len.observe(f64::from(s.prompt));
                 self.metrics.success += 1.0;
                 done.push(Finished { id: s.id, at: now, ttft: s.ttft, itls: s.itls, e2e });
             } else {
@@ -226,7 +243,7 @@ impl Engine {
         if self.running.is_empty() {
             return;
         }
-        let mut budget = STEP_TOKEN_BUDGET;
+        let mut budget = settings.token_budget.max(settings.max_batch_size).max(1);
         let mut plan = Vec::with_capacity(self.running.len());
         let (mut rows, mut context, mut prefill) = (0u32, 0u64, 0u32);
         for (index, s) in self.running.iter().enumerate() {
@@ -299,7 +316,7 @@ mod tests {
 
     #[test]
     fn one_request_alone_reproduces_the_profile() {
-        let settings = Settings { max_batch_size: 8, batch_wait: 0.0 };
+        let settings = Settings::new(8, 0.0);
         let f = run_alone(200, 10, settings);
         // TTFT = one prefill step of 200 tokens; every ITL = a one-row decode step.
         assert!((f.ttft - model().step_seconds(0.0, 200.0, 0.0)).abs() < 1e-9, "{}", f.ttft);
@@ -312,13 +329,13 @@ mod tests {
         let expect = model().step_seconds(0.0, 512.0, 0.0) + model().step_seconds(0.0, 88.0, 0.0);
         assert!((f.ttft - expect).abs() < 1e-9);
         // batch_wait delays a lone request's first step by the wait.
-        let f = run_alone(200, 1, Settings { max_batch_size: 8, batch_wait: 0.02 });
+        let f = run_alone(200, 1, Settings::new(8, 0.02));
         assert!((f.ttft - 0.02 - model().step_seconds(0.0, 200.0, 0.0)).abs() < 1e-9);
     }
 
     #[test]
     fn the_batch_cap_and_kv_budget_hold_requests_back() {
-        let settings = Settings { max_batch_size: 2, batch_wait: 0.0 };
+        let settings = Settings::new(2, 0.0);
         let mut e = Engine::new(model());
         for i in 0..3 {
             e.submit(Seq::new(i, 0.0, 10, 5), 0.0, settings);

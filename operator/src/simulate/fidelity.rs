@@ -108,7 +108,7 @@ mod tests {
         per_prefill_token_s: 0.0005,
         per_context_token_s: 0.0,
     };
-    const SETTINGS: Settings = Settings { max_batch_size: 16, batch_wait: 0.0 };
+    const SETTINGS: Settings = Settings::new(16, 0.0);
 
     /// A request the way an engine running exactly `STEP` alone would have answered it.
     fn alone(sent: f64, prompt: usize, output: usize) -> RequestRecord {
@@ -162,7 +162,7 @@ mod tests {
     fn requests_that_overlap_queue_behind_each_other_in_the_replay() {
         // Two requests at once with batch size 1: the second waits for the whole first one.
         let records = vec![alone(0.0, 100, 10), alone(0.0, 100, 10)];
-        let one = Settings { max_batch_size: 1, batch_wait: 0.0 };
+        let one = Settings::new(1, 0.0);
         let f = replay(STEP, &records, one).expect("replayed");
         let own = STEP.step_seconds(0.0, 100.0, 0.0);
         let whole = own + 9.0 * STEP.step_seconds(1.0, 0.0, 0.0);

@@ -256,7 +256,7 @@ mod tests {
         let created = f.reconcile(0.0, 2, 1);
         assert_eq!(created.len(), 1, "surge 1: one new pod at a time");
         assert_eq!(f.ready(), 2);
-        let settings = Settings { max_batch_size: 8, batch_wait: 0.0 };
+        let settings = Settings::new(8, 0.0);
         let (id, at) = created[0];
         f.mark_ready(id, at, settings);
         let created = f.reconcile(at, 2, 1);
@@ -273,7 +273,7 @@ mod tests {
     #[test]
     fn scale_in_drains_and_routing_prefers_the_least_loaded_pod() {
         let mut f = fleet();
-        let settings = Settings { max_batch_size: 8, batch_wait: 0.0 };
+        let settings = Settings::new(8, 0.0);
         let a = f.route(Seq::new(0, 0.0, 100, 100), 0.0, settings).unwrap();
         let b = f.route(Seq::new(1, 0.0, 100, 100), 0.0, settings).unwrap();
         assert_ne!(a, b);

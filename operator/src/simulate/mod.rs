@@ -94,6 +94,7 @@ impl SimConfig {
             replicas: spec.min_replicas,
             max_batch_size: spec.batch_initial,
             batch_wait_ms: isvc.batching.batch_wait_ms.initial,
+            max_num_batched_tokens: spec.budget_initial.max(spec.batch_initial),
             tier: spec.preferred_tier,
         };
         Ok(SimConfig {
@@ -217,7 +218,11 @@ impl Clock {
 }
 
 fn settings(levers: &Levers) -> Settings {
-    Settings { max_batch_size: levers.max_batch_size, batch_wait: f64::from(levers.batch_wait_ms) / 1000.0 }
+    Settings {
+        max_batch_size: levers.max_batch_size,
+        batch_wait: f64::from(levers.batch_wait_ms) / 1000.0,
+        token_budget: levers.max_num_batched_tokens,
+    }
 }
 
 /// Runs `trace` through the service under `policy`.
@@ -290,8 +295,9 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
             Event::Scrape => {
                 for p in fleet.pods.iter().filter(|p| !matches!(p.state, PodState::Starting { .. })) {
                     let e = &p.engine;
-                    let sample =
+                    let mut sample =
                         Sample::of(at, &e.metrics, e.running() as f64, e.waiting() as f64, e.kv_usage());
+                    sample.queued_prompt_tokens = e.queued_prompt_tokens() as f64;
                     prom.push(p.id, sample);
                 }
                 prom.compact(at);
@@ -315,8 +321,9 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                 }
                 if next != levers {
                     scorer.decision(at, &levers, &next, &tick.reason);
-                    let batch_changed = (next.max_batch_size, next.batch_wait_ms)
-                        != (levers.max_batch_size, levers.batch_wait_ms);
+                    let batch_changed =
+                        (next.max_batch_size, next.batch_wait_ms, next.max_num_batched_tokens)
+                            != (levers.max_batch_size, levers.batch_wait_ms, levers.max_num_batched_tokens);
                     levers = next;
                     if batch_changed {
                         // Live settings reach every engine now (the engines watch their file).

@@ -1,10 +1,15 @@
 //! Pacer's own policy in the simulator: `planner::decide` on the same observation the operator
 //! would build, with its capacity model seeded from the run's profiles and its `History`
-//! carried from tick to tick exactly as the operator keeps it in status.
+//! carried from tick to tick exactly as the operator keeps it. It looks at every scrape and
+//! decides when [`planner::due`](crate::planner::due) says so: at its evaluation interval, or
+//! early when a leading signal crosses.
 
 use super::policy::{Policy, Tick};
 use super::prom::Seen;
-use crate::planner::{CapacityModel, EngineProfile, History, Levers, PlannerSpec, decide};
+use crate::planner::{CapacityModel, EngineProfile, History, Levers, PlannerSpec, decide, decide::note, due};
+
+/// How often the policy looks at Prometheus' answers (the simulator's scrape interval).
+pub const OBSERVE_EVERY: f64 = 15.0;
 
 /// `planner::decide` with a history carried between ticks.
 #[derive(Debug, Clone)]
@@ -12,12 +17,18 @@ pub struct Pacer {
     spec: PlannerSpec,
     model: CapacityModel,
     history: History,
+    last_reason: String,
 }
 
 impl Pacer {
     /// For `spec`, with one profile per tier.
     pub fn new(spec: &PlannerSpec, profiles: Vec<EngineProfile>) -> Pacer {
-        Pacer { spec: spec.clone(), model: CapacityModel::new(profiles), history: History::default() }
+        Pacer {
+            spec: spec.clone(),
+            model: CapacityModel::new(profiles),
+            history: History::default(),
+            last_reason: "SLAMet".into(),
+        }
     }
 }
 
@@ -26,11 +37,30 @@ impl Policy for Pacer {
         "pacer".into()
     }
     fn interval(&self) -> f64 {
-        self.spec.evaluation_interval
+        self.spec.evaluation_interval.min(OBSERVE_EVERY)
     }
     fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+        if !due(&self.spec, &seen.observation, &self.history, now) {
+            note(&seen.observation, &mut self.history);
+            return Tick { levers: *current, reason: self.last_reason.clone() };
+        }
         let d = decide(&self.spec, &self.model, &seen.observation, current, &self.history, now);
+        let m = &seen.observation.metrics;
+        tracing::debug!(
+            t = now,
+            replicas = current.replicas,
+            ready = seen.observation.ready_replicas,
+            ttft = ?m.ttft.seconds(),
+            itl = ?m.itl.seconds(),
+            rate = ?m.request_rate,
+            rate_short = ?m.request_rate_short,
+            waiting = ?m.waiting,
+            reason = d.reason.as_str(),
+            message = %d.message,
+            "simulated planner tick"
+        );
         self.history = d.history;
-        Tick { levers: d.levers, reason: d.reason.as_str().into() }
+        self.last_reason = d.reason.as_str().into();
+        Tick { levers: d.levers, reason: self.last_reason.clone() }
     }
 }

@@ -4,7 +4,7 @@
 //! counters with Prometheus' extrapolation, instant gauges — so a policy sees what it would see
 //! from a real Prometheus, quantization error and lag included.
 
-use crate::planner::{Freshness, Observation, Quantile, ServiceMetrics};
+use crate::planner::{Freshness, Observation, Quantile, ServiceMetrics, observation::SHORT_RATE_WINDOW};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The engine's TTFT buckets (`engine/src/metrics.rs`), seconds.
@@ -22,6 +22,10 @@ pub const REQUEST_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 ];
+
+/// The engine's token-count buckets (`vllm:request_prompt_tokens`), tokens.
+pub const TOKEN_BUCKETS: &[f64] =
+    &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0];
 
 /// A Prometheus histogram as an engine keeps it: a count per bucket (the last is `+Inf`) and
 /// the sum of observations.
@@ -72,6 +76,8 @@ pub struct EngineMetrics {
     pub itl: Histogram,
     /// `vllm:e2e_request_latency_seconds`.
     pub e2e: Histogram,
+    /// `vllm:request_prompt_tokens`.
+    pub prompt_len: Histogram,
     /// `vllm:request_success_total`.
     pub success: f64,
     /// `vllm:prompt_tokens_total`.
@@ -86,6 +92,7 @@ impl Default for EngineMetrics {
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(REQUEST_BUCKETS),
+            prompt_len: Histogram::new(TOKEN_BUCKETS),
             success: 0.0,
             prompt_tokens: 0.0,
             generation_tokens: 0.0,
@@ -104,6 +111,8 @@ pub struct Sample {
     pub itl: (Vec<f64>, f64),
     /// Cumulative E2E buckets and sum.
     pub e2e: (Vec<f64>, f64),
+    /// Cumulative prompt-length buckets and sum.
+    pub prompt_len: (Vec<f64>, f64),
     /// Counters.
     pub success: f64,
     /// Counters.
@@ -116,6 +125,8 @@ pub struct Sample {
     pub waiting: f64,
     /// Gauges.
     pub kv_usage: f64,
+    /// Gauges: `pacer_engine_queued_prompt_tokens`.
+    pub queued_prompt_tokens: f64,
 }
 
 impl Sample {
@@ -126,12 +137,14 @@ impl Sample {
             ttft: (m.ttft.cumulative(), m.ttft.sum()),
             itl: (m.itl.cumulative(), m.itl.sum()),
             e2e: (m.e2e.cumulative(), m.e2e.sum()),
+            prompt_len: (m.prompt_len.cumulative(), m.prompt_len.sum()),
             success: m.success,
             prompt_tokens: m.prompt_tokens,
             generation_tokens: m.generation_tokens,
             running,
             waiting,
             kv_usage,
+            queued_prompt_tokens: 0.0,
         }
     }
 }
@@ -262,15 +275,21 @@ impl Prometheus {
         let e2e = self.windowed(now, (window, q), REQUEST_BUCKETS, |s| &s.e2e);
         let fast_ttft = self.windowed(now, (rate_window, q), TTFT_BUCKETS, |s| &s.ttft);
         let fast_itl = self.windowed(now, (rate_window, q), ITL_BUCKETS, |s| &s.itl);
+        let prompts = self.windowed(now, (window, q), TOKEN_BUCKETS, |s| &s.prompt_len);
         let metrics = ServiceMetrics {
             ttft: Quantile::from_parts(ttft.quantile, ttft.samples),
             itl: Quantile::from_parts(itl.quantile, itl.samples),
             e2e: Quantile::from_parts(e2e.quantile, e2e.samples),
             request_rate: self.rate(now, rate_window, |s| s.success),
+            // Scrapes and ticks fall on the same instants here, so a window of exactly two scrape
+            // intervals would hold one sample; a real Prometheus' scrapes are offset and hold two.
+            request_rate_short: self.rate(now, SHORT_RATE_WINDOW.min(rate_window) + 1e-3, |s| s.success),
             prompt_token_rate: self.rate(now, rate_window, |s| s.prompt_tokens),
+            prompt_tokens_tail: prompts.quantile,
             output_token_rate: self.rate(now, rate_window, |s| s.generation_tokens),
             running: self.gauge_sum(|s| s.running),
             waiting: self.gauge_sum(|s| s.waiting),
+            queued_prompt_tokens: self.gauge_sum(|s| s.queued_prompt_tokens),
             kv_usage: self.gauge_sum(|s| s.kv_usage).map(|k| k / live.max(1) as f64),
             reporting_replicas: Some(live as f64),
         };

@@ -80,6 +80,9 @@ pub struct Summary {
     pub windows_met: usize,
     /// `windows_met / windows`.
     pub attainment: f64,
+    /// Share of finished requests meeting both targets themselves: TTFT within its target and
+    /// the mean gap between their tokens (TPOT) within the ITL target — llm-d's measure.
+    pub request_attainment: f64,
     /// Pods integrated over time.
     pub replica_seconds: f64,
     /// The offline bound's replica-seconds, when computed.
@@ -145,6 +148,7 @@ pub struct Scorer {
     itl_sum: f64,
     e2e_sum: f64,
     finished: usize,
+    requests_met: usize,
     replica_seconds: f64,
     timeline: Vec<WindowRow>,
     decisions: Vec<DecisionRow>,
@@ -216,6 +220,7 @@ impl Scorer {
             itl_sum: 0.0,
             e2e_sum: 0.0,
             finished: 0,
+            requests_met: 0,
             replica_seconds: 0.0,
             timeline: Vec::new(),
             decisions: Vec::new(),
@@ -243,6 +248,14 @@ impl Scorer {
     /// A request finished.
     pub fn finished(&mut self, f: &Finished) {
         self.finished += 1;
+        let tpot = if f.itls.is_empty() {
+            0.0
+        } else {
+            f.itls.iter().map(|g| f64::from(*g)).sum::<f64>() / f.itls.len() as f64
+        };
+        if f.ttft <= self.ttft_target && tpot <= self.itl_target {
+            self.requests_met += 1;
+        }
         self.e2e_sum += f.e2e;
         let ttft = f.ttft;
         let itls: Vec<f64> = f.itls.iter().map(|g| f64::from(*g)).collect();
@@ -326,6 +339,11 @@ impl Scorer {
             windows,
             windows_met,
             attainment: if windows == 0 { 1.0 } else { windows_met as f64 / windows as f64 },
+            request_attainment: if self.finished == 0 {
+                1.0
+            } else {
+                self.requests_met as f64 / self.finished as f64
+            },
             replica_seconds: self.replica_seconds,
             bound_replica_seconds: None,
             vs_bound: None,

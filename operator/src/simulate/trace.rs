@@ -33,6 +33,17 @@ pub enum Shape {
     Diurnal,
     /// The base rate with gamma inter-arrivals of coefficient of variation 3.
     Bursty,
+    /// Held out (never tuned on): the diurnal day with a flash crowd — at 55 % of the run the
+    /// rate triples within 30 s, holds for 5 minutes and falls back within a minute.
+    FlashCrowd,
+    /// Held out: llm-d's autoscaling benchmark shape — low load, five times that load, low
+    /// again (a fifth, half and the rest of the run).
+    LlmdBench,
+    /// Held out: chat sessions with long, growing prompts — sessions arrive at random, each
+    /// 2–8 turns apart by 5–60 s of reading and typing; a turn's prompt is a system prompt
+    /// plus the conversation so far (up to about 3,000 tokens), so arrivals cluster and
+    /// prompts lengthen within a session.
+    ChatSessions,
     /// Requests read from a JSON-lines file.
     Replay(PathBuf),
 }
@@ -46,9 +57,14 @@ impl std::str::FromStr for Shape {
             "ramp" => Ok(Shape::Ramp),
             "diurnal" => Ok(Shape::Diurnal),
             "bursty" => Ok(Shape::Bursty),
+            "flash-crowd" => Ok(Shape::FlashCrowd),
+            "llmd-bench" => Ok(Shape::LlmdBench),
+            "chat-sessions" => Ok(Shape::ChatSessions),
             _ => match s.strip_prefix("replay:") {
                 Some(path) if !path.is_empty() => Ok(Shape::Replay(PathBuf::from(path))),
-                _ => Err(format!("`{s}`: expected steady, step, ramp, diurnal, bursty or replay:FILE.jsonl")),
+                _ => Err(format!(
+                    "`{s}`: expected steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions or replay:FILE.jsonl"
+                )),
             },
         }
     }
@@ -63,6 +79,9 @@ impl Shape {
             Shape::Ramp => "ramp".into(),
             Shape::Diurnal => "diurnal".into(),
             Shape::Bursty => "bursty".into(),
+            Shape::FlashCrowd => "flash-crowd".into(),
+            Shape::LlmdBench => "llmd-bench".into(),
+            Shape::ChatSessions => "chat-sessions".into(),
             Shape::Replay(p) => format!("replay:{}", p.display()),
         }
     }
@@ -75,6 +94,9 @@ impl Shape {
             Shape::Ramp => 1.25,
             Shape::Diurnal => 1.2,
             Shape::Bursty => 2.5,
+            Shape::FlashCrowd => 1.0,
+            Shape::LlmdBench => 1.0,
+            Shape::ChatSessions => 2.0,
             Shape::Replay(_) => 1.0,
         }
     }
@@ -91,13 +113,52 @@ impl Shape {
             }
             Shape::Ramp => 1.0 + 3.0 * t / duration,
             Shape::Diurnal => 1.0 + 1.5 * (1.0 - (std::f64::consts::TAU * t / duration).cos()),
-            Shape::Steady | Shape::Bursty | Shape::Replay(_) => 1.0,
+            Shape::FlashCrowd => {
+                let day = Shape::Diurnal.relative_rate(t, duration);
+                let start = 0.55 * duration;
+                let crowd = if t < start {
+                    0.0
+                } else if t < start + 30.0 {
+                    (t - start) / 30.0
+                } else if t < start + 330.0 {
+                    1.0
+                } else {
+                    (1.0 - (t - start - 330.0) / 60.0).max(0.0)
+                };
+                day * (1.0 + 2.0 * crowd)
+            }
+            Shape::LlmdBench => {
+                if (0.2 * duration..0.7 * duration).contains(&t) {
+                    5.0
+                } else {
+                    1.0
+                }
+            }
+            Shape::Steady | Shape::Bursty | Shape::ChatSessions | Shape::Replay(_) => 1.0,
         }
     }
 
     /// When the load steps, for the recovery score.
     pub fn step_at(&self, duration: f64) -> Option<f64> {
-        matches!(self, Shape::Step).then_some(duration / 3.0)
+        match self {
+            Shape::Step => Some(duration / 3.0),
+            Shape::LlmdBench => Some(0.2 * duration),
+            _ => None,
+        }
+    }
+
+    /// The prompt and output lengths the shape draws from (chat sessions build their own
+    /// prompts from the conversation; their outputs come from the second).
+    pub fn lengths(&self) -> (Length, Length) {
+        match self {
+            Shape::ChatSessions => (Length::Uniform { min: 40, max: 200 }, OUTPUT_TOKENS),
+            _ => (PROMPT_TOKENS, OUTPUT_TOKENS),
+        }
+    }
+
+    /// Whether the shape is one of those held out from tuning the planner.
+    pub fn held_out(&self) -> bool {
+        matches!(self, Shape::FlashCrowd | Shape::LlmdBench | Shape::ChatSessions)
     }
 
     /// Where the rate is constant (start, end), for the changes-per-hour-while-stationary score.
@@ -109,7 +170,7 @@ impl Shape {
                 vec![(0.0, third), (third + 600.0, 2.0 * third), (2.0 * third + 600.0, duration)]
             }
             // The first 10 min settle from the minimum replicas.
-            Shape::Steady | Shape::Bursty => vec![(600.0_f64.min(duration), duration)],
+            Shape::Steady | Shape::Bursty | Shape::ChatSessions => vec![(600.0_f64.min(duration), duration)],
             _ => Vec::new(),
         }
     }
@@ -145,6 +206,9 @@ pub struct TraceSpec {
     pub prompt: Length,
     /// Output lengths.
     pub output: Length,
+    /// Instead of drawing lengths: draw (prompt, output) pairs from these, at random (a
+    /// stationary load with another trace's request mix, for calibration).
+    pub resample: Option<std::sync::Arc<Vec<(u32, u32)>>>,
 }
 
 /// Prompt lengths fitting the test model's serving setup (64–512 tokens).
@@ -156,6 +220,12 @@ pub const OUTPUT_TOKENS: Length = Length::Uniform { min: 32, max: 256 };
 pub fn generate(spec: &TraceSpec) -> Result<Trace, SimError> {
     if let Shape::Replay(path) = &spec.shape {
         return replay(path, spec.duration);
+    }
+    if let Shape::ChatSessions = &spec.shape {
+        return sessions(spec);
+    }
+    if let Some(pool) = &spec.resample {
+        return resampled(spec, pool);
     }
     let mut rng = Rng::new(spec.seed);
     let burstiness = if matches!(spec.shape, Shape::Bursty) { 1.0 / 9.0 } else { 1.0 };
@@ -187,6 +257,79 @@ pub fn generate(spec: &TraceSpec) -> Result<Trace, SimError> {
             prompt_tokens: spec.prompt.sample(&mut rng) as u32,
             output_tokens: spec.output.sample(&mut rng) as u32,
         });
+    }
+    Ok(Trace {
+        name: spec.shape.name(),
+        shape: spec.shape.clone(),
+        requests,
+        duration: spec.duration,
+        base_rate: spec.base_rate,
+    })
+}
+
+/// Mean turns of a chat session (2–8, uniform).
+const SESSION_TURNS: (u32, u32) = (2, 8);
+/// Seconds between a session's turns (reading the answer, typing the next question).
+const THINK_SECONDS: (f64, f64) = (5.0, 60.0);
+/// Tokens of the system prompt every session starts with.
+const SYSTEM_PROMPT: u32 = 150;
+/// A conversation longer than this is cut (the client keeps the recent turns).
+const MAX_PROMPT: u32 = 3000;
+
+/// Chat sessions: session starts in Poisson at a rate that gives `base_rate` requests per
+/// second on average; each session's turns follow with think times, prompts growing with the
+/// conversation.
+fn sessions(spec: &TraceSpec) -> Result<Trace, SimError> {
+    let mut rng = Rng::new(spec.seed);
+    let mean_turns = f64::from(SESSION_TURNS.0 + SESSION_TURNS.1) / 2.0;
+    let session_rate = spec.base_rate / mean_turns;
+    let mut requests = Vec::new();
+    let mut t = 0.0;
+    loop {
+        t += -(1.0 - rng.uniform()).ln() / session_rate;
+        if t >= spec.duration {
+            break;
+        }
+        let turns =
+            SESSION_TURNS.0 + (rng.uniform() * f64::from(SESSION_TURNS.1 - SESSION_TURNS.0 + 1)) as u32;
+        let (mut at, mut context) = (t, SYSTEM_PROMPT);
+        for _ in 0..turns.min(SESSION_TURNS.1) {
+            if at >= spec.duration {
+                break;
+            }
+            let question = spec.prompt.sample(&mut rng) as u32;
+            let answer = spec.output.sample(&mut rng) as u32;
+            let prompt = (context + question).min(MAX_PROMPT);
+            requests.push(Request { timestamp: at, prompt_tokens: prompt, output_tokens: answer });
+            context = prompt + answer;
+            at += THINK_SECONDS.0 + rng.uniform() * (THINK_SECONDS.1 - THINK_SECONDS.0);
+        }
+    }
+    requests.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
+    Ok(Trace {
+        name: spec.shape.name(),
+        shape: spec.shape.clone(),
+        requests,
+        duration: spec.duration,
+        base_rate: spec.base_rate,
+    })
+}
+
+/// Poisson arrivals at the base rate with (prompt, output) pairs drawn from `pool`.
+fn resampled(spec: &TraceSpec, pool: &[(u32, u32)]) -> Result<Trace, SimError> {
+    if pool.is_empty() {
+        return Err(SimError::Input("no request lengths to resample".into()));
+    }
+    let mut rng = Rng::new(spec.seed);
+    let mut requests = Vec::new();
+    let mut t = 0.0;
+    loop {
+        t += -(1.0 - rng.uniform()).ln() / spec.base_rate.max(1e-9);
+        if t >= spec.duration {
+            break;
+        }
+        let (prompt, output) = pool[((rng.uniform() * pool.len() as f64) as usize).min(pool.len() - 1)];
+        requests.push(Request { timestamp: t, prompt_tokens: prompt, output_tokens: output });
     }
     Ok(Trace {
         name: spec.shape.name(),
@@ -248,6 +391,7 @@ mod tests {
             seed: 1,
             prompt: PROMPT_TOKENS,
             output: OUTPUT_TOKENS,
+            resample: None,
         }
     }
 
@@ -279,6 +423,34 @@ mod tests {
         let cv = var.sqrt() / mean;
         assert!((2.4..3.6).contains(&cv), "CV {cv}");
         assert!((1.0 / mean - 5.0).abs() < 0.8, "rate {}", 1.0 / mean);
+    }
+
+    #[test]
+    fn held_out_shapes_have_their_features() {
+        let crowd = generate(&spec(Shape::FlashCrowd)).unwrap();
+        let count = |t: &Trace, a: f64, b: f64| {
+            t.requests.iter().filter(|r| r.timestamp >= a && r.timestamp < b).count() as f64 / (b - a)
+        };
+        let (before, during) = (count(&crowd, 1800.0, 1980.0), count(&crowd, 2040.0, 2280.0));
+        assert!(during > 2.5 * before, "the crowd triples the rate: {before} → {during}");
+        let llmd = generate(&spec(Shape::LlmdBench)).unwrap();
+        let (low, high) = (count(&llmd, 0.0, 720.0), count(&llmd, 720.0, 2520.0));
+        assert!((high / low - 5.0).abs() < 0.6, "{low} → {high}");
+        let chat = generate(&spec(Shape::ChatSessions)).unwrap();
+        let rate = chat.requests.len() as f64 / 3600.0;
+        assert!((rate - 5.0).abs() < 0.8, "{rate}");
+        let longest = chat.requests.iter().map(|r| r.prompt_tokens).max().unwrap();
+        assert!(longest > 1500 && longest <= MAX_PROMPT, "{longest}");
+        assert!(chat.requests.windows(2).all(|w| w[0].timestamp <= w[1].timestamp));
+        // Resampling keeps the pool's lengths at a stationary rate.
+        let pool = std::sync::Arc::new(vec![(100, 10), (900, 20)]);
+        let r = generate(&TraceSpec { resample: Some(pool), ..spec(Shape::Steady) }).unwrap();
+        assert!(
+            r.requests
+                .iter()
+                .all(|q| (q.prompt_tokens, q.output_tokens) == (100, 10) || q.prompt_tokens == 900)
+        );
+        assert!((r.requests.len() as f64 / 3600.0 - 5.0).abs() < 0.4);
     }
 
     #[test]
