@@ -210,6 +210,16 @@ async fn a_full_queue_answers_429_with_retry_after() {
     while metric(&url, "vllm:num_requests_waiting").await < 1.0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The waiting request's prompt is prefill work ahead: the planner's leading signal.
+    let mut queued = 0.0;
+    for _ in 0..200 {
+        queued = metric(&url, "pacer_engine_queued_prompt_tokens").await;
+        if queued >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(queued >= 1.0, "pacer_engine_queued_prompt_tokens {queued} with a request waiting");
     let r = post(&url, "/v1/completions", &long).await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "1");

@@ -136,7 +136,15 @@ struct LocalArgs {
     /// Engine profiles (`pacer-engine profile` JSON) seeding the capacity model; repeatable.
     #[arg(long = "profile", env = "PACER_LOCAL_PROFILES", value_delimiter = ',')]
     profiles: Vec<PathBuf>,
+    /// With a load: the share of 1-minute windows (percent) that must hold the SLA; fewer, and
+    /// the process exits with status 3 after writing its report.
+    #[arg(long, env = "PACER_LOCAL_MIN_HELD", default_value_t = 80.0)]
+    min_held: f64,
 }
+
+/// The exit status of `local` when its load ran and the SLA held in fewer windows than
+/// `--min-held` asks.
+const EXIT_SLA_NOT_HELD: i32 = 3;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LoadArg {
@@ -218,7 +226,7 @@ fn main() -> Result<()> {
 
 async fn run_local(args: LocalArgs) -> Result<()> {
     use pacer_operator::local;
-    let LocalArgs { config, engine, model, port, load, duration, out, profiles } = args;
+    let LocalArgs { config, engine, model, port, load, duration, out, profiles, min_held } = args;
     let engine = local::find_engine(engine)?;
     let model = match model {
         Some(m) => m,
@@ -245,6 +253,14 @@ async fn run_local(args: LocalArgs) -> Result<()> {
     println!("{}", outcome.report.verdict);
     for file in &outcome.files {
         println!("wrote {}", file.display());
+    }
+    let report = &outcome.report;
+    if report.load.is_some() && report.held_percent < min_held {
+        eprintln!(
+            "the SLA was not held: {:.0} % of windows, under the {min_held:.0} % that --min-held asks",
+            report.held_percent
+        );
+        std::process::exit(EXIT_SLA_NOT_HELD);
     }
     Ok(())
 }

@@ -1,11 +1,12 @@
 //! The simulator against its physics and Pacer's planner against the scenarios it must pass:
 //! Little's law on a stationary run, static capacity below and above the load, the load step
 //! (recover, rise, fall), a stationary load (few changes) and degrading a tier at max replicas
-//! then restoring it. Fixed seeds; each run is minutes to hours of simulated time.
+//! then restoring it; and the comparison table's figures on the smooth traces, held as floors.
+//! Fixed seeds; each run is minutes to hours of simulated time.
 
 use pacer_crds::Tier;
 use pacer_operator::planner::Levers;
-use pacer_operator::simulate::compare::LENGTHS;
+use pacer_operator::simulate::compare::{self, LENGTHS, PolicyName};
 use pacer_operator::simulate::policy::{Policy, Static, Tick};
 use pacer_operator::simulate::prom::Seen;
 use pacer_operator::simulate::trace::{Shape, TraceSpec, generate};
@@ -135,4 +136,31 @@ fn pacer_degrades_the_tier_at_max_replicas_and_restores_it() {
     assert!(degraded as f64 * 60.0 >= 1800.0, "degraded only after the step, at minute {degraded}");
     assert_eq!(*tiers.last().expect("windows"), "q8_0", "restored after the load fell: {:?}", o.decisions);
     assert_eq!(o.summary.failed, 0);
+}
+
+/// The comparison table's smooth traces (one hour, seed 1, as in `docs/benchmarks.md`): Pacer
+/// holds at least llm-d's attainment at no more than half its replica-seconds, and keeps the
+/// attainment and cost against the bound it has today (deterministic, so any change that loses
+/// them fails here).
+#[test]
+fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_keeps_its_figures() {
+    let c = config("");
+    let cal = compare::calibrate(&c, &LENGTHS.into()).expect("calibration");
+    for (shape, attainment, vs_bound) in [(Shape::Step, 0.98, 1.31), (Shape::Ramp, 1.0, 1.05), (Shape::Diurnal, 1.0, 1.18)] {
+        let t = compare::trace_for(&shape, &cal, 1.0, 1).expect("trace");
+        let pacer = compare::run_one(&c, &t, &PolicyName::Pacer, &cal).expect("pacer").summary;
+        let llmd = compare::run_one(&c, &t, &PolicyName::LlmdSlo, &cal).expect("llmd").summary;
+        let name = shape.name();
+        assert!(pacer.attainment >= llmd.attainment, "{name}: {} vs llm-d's {}", pacer.attainment, llmd.attainment);
+        assert!(
+            pacer.replica_seconds <= 0.5 * llmd.replica_seconds,
+            "{name}: {} replica-seconds vs llm-d's {}",
+            pacer.replica_seconds,
+            llmd.replica_seconds
+        );
+        assert!(pacer.attainment >= attainment, "{name}: attainment {}", pacer.attainment);
+        let cost = pacer.vs_bound.expect("bound");
+        assert!(cost <= vs_bound, "{name}: {cost:.3}× the bound");
+        assert_eq!(pacer.failed, 0);
+    }
 }

@@ -124,22 +124,40 @@ pub fn replicas_for(spec: &PlannerSpec, rate: f64, per_replica: f64) -> Option<i
     (n <= f64::from(spec.max_replicas)).then(|| (n as i32).max(spec.min_replicas))
 }
 
-/// The cheapest configuration predicted to carry `rate` requests/s of `shape` within `margin`
-/// of every target; `None` when no tier the search may use is profiled.
-///
-/// `fixed_replicas` restricts the search to that replica count (the fast levers for the
-/// replicas ready now).
-pub fn cheapest(
-    spec: &PlannerSpec,
-    model: &CapacityModel,
-    history: &History,
-    current: &Levers,
-    shape: &Workload,
-    rate: f64,
-    margin: f64,
-    fixed_replicas: Option<i32>,
-    tiers_allowed: &[pacer_crds::Tier],
-) -> Option<Choice> {
+/// What a search looks at: the spec, the model with its learned corrections, the levers in
+/// force and the request shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Search<'a> {
+    /// Targets and ranges.
+    pub spec: &'a PlannerSpec,
+    /// The capacity model.
+    pub model: &'a CapacityModel,
+    /// The learned corrections.
+    pub history: &'a History,
+    /// The levers in force (fewer moves from them break ties).
+    pub current: &'a Levers,
+    /// The request shape.
+    pub shape: &'a Workload,
+}
+
+/// What a search asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// Requests per second to carry.
+    pub rate: f64,
+    /// The share of each target to stay within.
+    pub margin: f64,
+    /// Only this replica count (the fast levers for the replicas ready now), or any in range.
+    pub replicas: Option<i32>,
+    /// The tiers the search may use.
+    pub tiers: &'a [pacer_crds::Tier],
+}
+
+/// The cheapest configuration predicted to carry `ask.rate` requests/s of the shape within
+/// `ask.margin` of every target; `None` when no tier the search may use is profiled.
+pub fn cheapest(search: &Search<'_>, ask: &Ask<'_>) -> Option<Choice> {
+    let Search { spec, model, history, current, shape } = *search;
+    let Ask { rate, margin, replicas: fixed_replicas, tiers: tiers_allowed } = *ask;
     let batches = values(spec.batch_min, spec.batch_max, spec.batch_initial, current.max_batch_size);
     let budgets =
         values(spec.budget_min, spec.budget_max, spec.budget_initial, current.max_num_batched_tokens);

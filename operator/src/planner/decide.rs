@@ -284,26 +284,24 @@ impl Tick<'_> {
         let tiers = choose::tiers(self.spec);
         let (need_up, need_down) = (forecast.up * LOAD_HEADROOM, forecast.down * SHED_HEADROOM);
         let up = choose::cheapest(
-            self.spec,
-            self.model,
-            history,
-            &self.current,
-            &shape,
-            need_up,
-            MARGIN,
-            None,
-            &tiers,
+            &choose::Search {
+                spec: self.spec,
+                model: self.model,
+                history,
+                current: &self.current,
+                shape: &shape,
+            },
+            &choose::Ask { rate: need_up, margin: MARGIN, replicas: None, tiers: &tiers },
         )?;
         let down = choose::cheapest(
-            self.spec,
-            self.model,
-            history,
-            &self.current,
-            &shape,
-            need_down,
-            SHED_MARGIN,
-            None,
-            &tiers,
+            &choose::Search {
+                spec: self.spec,
+                model: self.model,
+                history,
+                current: &self.current,
+                shape: &shape,
+            },
+            &choose::Ask { rate: need_down, margin: SHED_MARGIN, replicas: None, tiers: &tiers },
         );
         let current_capacity =
             choose::per_replica(self.spec, self.model, history, &self.current, &shape, MARGIN).unwrap_or(0.0);
@@ -482,7 +480,7 @@ impl Tick<'_> {
                     "{what}: no configuration within the spec's ranges is predicted to hold; the batch settings predicted to come closest"
                 ), sla);
             }
-            if sla != SlaState::Violated && true {
+            if sla != SlaState::Violated {
                 // Short of the margin everywhere, but holding: more replicas would not help
                 // (the model says so), so they may also be given back.
                 return self.headroom(history, plan, sla);
@@ -545,15 +543,14 @@ impl Tick<'_> {
             choose::per_replica(self.spec, self.model, history, &target, &plan.shape, MARGIN).unwrap_or(0.0);
         if f64::from(ready) * ready_capacity < plan.forecast.up
             && let Some(Choice::Holds(fast)) = choose::cheapest(
-                self.spec,
-                self.model,
-                history,
-                &target,
-                &plan.shape,
-                plan.forecast.up,
-                1.0,
-                Some(ready),
-                &tier,
+                &choose::Search {
+                    spec: self.spec,
+                    model: self.model,
+                    history,
+                    current: &target,
+                    shape: &plan.shape,
+                },
+                &choose::Ask { rate: plan.forecast.up, margin: 1.0, replicas: Some(ready), tiers: &tier },
             )
             && (fast.levers.max_batch_size, fast.levers.max_num_batched_tokens)
                 != (target.max_batch_size, target.max_num_batched_tokens)
@@ -586,15 +583,14 @@ impl Tick<'_> {
         let rate = plan.forecast.long * LOAD_HEADROOM;
         !matches!(
             choose::cheapest(
-                self.spec,
-                self.model,
-                history,
-                &self.current,
-                &plan.shape,
-                rate,
-                MARGIN,
-                None,
-                &tier
+                &choose::Search {
+                    spec: self.spec,
+                    model: self.model,
+                    history,
+                    current: &self.current,
+                    shape: &plan.shape
+                },
+                &choose::Ask { rate, margin: MARGIN, replicas: None, tiers: &tier },
             ),
             Some(Choice::Holds(_))
         )

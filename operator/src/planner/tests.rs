@@ -500,7 +500,10 @@ proptest! {
         let cur = Levers { max_batch_size: batch, ..levers(1) };
         let tiers = choose::tiers(&s);
         let h = History::default();
-        let choice = choose::cheapest(&s, &model(), &h, &cur, &shape, rate, MARGIN, None, &tiers).expect("profiled");
+        let m = model();
+        let search = choose::Search { spec: &s, model: &m, history: &h, current: &cur, shape: &shape };
+        let ask = choose::Ask { rate, margin: MARGIN, replicas: None, tiers: &tiers };
+        let choice = choose::cheapest(&search, &ask).expect("profiled");
         if let Choice::Holds(c) = choice {
             // It holds...
             prop_assert!(f64::from(c.levers.replicas) * c.per_replica >= rate - 1e-9);
