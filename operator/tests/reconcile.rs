@@ -75,7 +75,10 @@ async fn a_valid_inferenceservice_gets_owned_children_status_and_events() {
     assert!(owned_by(&ns.api::<Service>().get("smol").await.expect("service").metadata));
     let cm = ns.api::<ConfigMap>().get("smol-settings").await.expect("configmap");
     assert!(owned_by(&cm.metadata));
-    assert_eq!(cm.data.expect("data")["settings.json"], r#"{"batch_wait_ms":0,"max_batch_size":8,"max_num_batched_tokens":512}"#);
+    assert_eq!(
+        cm.data.expect("data")["settings.json"],
+        r#"{"batch_wait_ms":0,"max_batch_size":8,"max_num_batched_tokens":512}"#
+    );
     assert!(owned_by(&ns.api::<PodDisruptionBudget>().get("smol").await.expect("pdb").metadata));
     let labels =
         deployment.spec.and_then(|s| s.template.metadata).and_then(|m| m.labels).expect("pod labels");
@@ -426,7 +429,9 @@ async fn the_batch_lever_moves_the_configmap_and_not_the_pod_template() {
         let configmaps = configmaps.clone();
         async move {
             let data = configmaps.get("smol-settings").await.ok()?.data?;
-            (data.get("settings.json")? == r#"{"batch_wait_ms":5,"max_batch_size":4,"max_num_batched_tokens":512}"#).then_some(())
+            (data.get("settings.json")?
+                == r#"{"batch_wait_ms":5,"max_batch_size":4,"max_num_batched_tokens":512}"#)
+                .then_some(())
         }
     })
     .await;

@@ -146,12 +146,19 @@ fn pacer_degrades_the_tier_at_max_replicas_and_restores_it() {
 fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_keeps_its_figures() {
     let c = config("");
     let cal = compare::calibrate(&c, &LENGTHS.into()).expect("calibration");
-    for (shape, attainment, vs_bound) in [(Shape::Step, 0.98, 1.31), (Shape::Ramp, 1.0, 1.05), (Shape::Diurnal, 1.0, 1.18)] {
+    for (shape, attainment, vs_bound) in
+        [(Shape::Step, 0.96, 1.24), (Shape::Ramp, 1.0, 1.05), (Shape::Diurnal, 1.0, 1.18)]
+    {
         let t = compare::trace_for(&shape, &cal, 1.0, 1).expect("trace");
         let pacer = compare::run_one(&c, &t, &PolicyName::Pacer, &cal).expect("pacer").summary;
         let llmd = compare::run_one(&c, &t, &PolicyName::LlmdSlo, &cal).expect("llmd").summary;
         let name = shape.name();
-        assert!(pacer.attainment >= llmd.attainment, "{name}: {} vs llm-d's {}", pacer.attainment, llmd.attainment);
+        assert!(
+            pacer.attainment >= llmd.attainment,
+            "{name}: {} vs llm-d's {}",
+            pacer.attainment,
+            llmd.attainment
+        );
         assert!(
             pacer.replica_seconds <= 0.5 * llmd.replica_seconds,
             "{name}: {} replica-seconds vs llm-d's {}",
