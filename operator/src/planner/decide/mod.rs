@@ -25,13 +25,18 @@
 //! Guards: a tier rollout's cooldown; bounds; Advisory mode only recommends; a scale-up's
 //! starting replicas count as capacity (the levers hold the desired count).
 
+mod changes;
+mod fallback;
+
+pub use changes::lever_changes;
+
 use super::capacity::{CapacityModel, Workload};
 use super::choose::{self, Choice, engine_config};
 use super::forecast::{Forecast, RATE_WINDOW};
 use super::levers::{Direction, Lever, Levers};
 use super::observation::{Freshness, Observation, Quantile, Seconds};
 use super::spec::PlannerSpec;
-use super::{Change, Decision, History, Reason, SlaState, correction_for, correction_key};
+use super::{Decision, History, Reason, SlaState, correction_for, correction_key};
 
 /// Weight of the newest ratio in the smoothed signal (reported, and the headroom test of an
 /// unprofiled service).
@@ -742,238 +747,6 @@ impl Tick<'_> {
         self.finish(history, cur, Reason::SlaMet, "the SLA holds at the lowest cost allowed".into(), sla)
     }
 
-    /// The percentiles say violated and the model cannot say (no profile, no load figures) or
-    /// says the configuration holds: after the scale-up stabilization, and once the last move
-    /// has had half a window to show, raise the correction to what was observed and add a
-    /// replica (or, at max replicas, the next faster tier when allowed).
-    fn reactive(&self, history: &mut History, verdict: Verdict, sla: SlaState) -> Decision {
-        let s = self.spec;
-        let cur = self.current;
-        if sla != SlaState::Violated {
-            // No model, and the SLA holds: shed by the smoothed ratios alone.
-            return self.unprofiled_headroom(history, sla);
-        }
-        history.headroom_since = None;
-        let since = history.violating_since.unwrap_or(self.now);
-        let pct = |r: f64| format!("{:.0}%", r * 100.0);
-        if self.now - since < s.scale_up_stabilization {
-            return self.hold_with(
-                history,
-                Reason::Stabilizing,
-                format!(
-                    "violated ({} of target) for {:.0}s of the {:.0}s scale-up stabilization window",
-                    pct(verdict.worst()),
-                    self.now - since,
-                    s.scale_up_stabilization
-                ),
-                sla,
-            );
-        }
-        if let Some((target, _)) = history.pending_scale_up {
-            return self.hold_with(
-                history,
-                Reason::ScaleUpInProgress,
-                format!(
-                    "violated, but the scale-up to {target} replicas is still starting ({} ready)",
-                    self.obs.ready_replicas
-                ),
-                sla,
-            );
-        }
-        if self.in_cooldown(history) {
-            return self.cooling(history, sla);
-        }
-        if self.still_for(history) < s.window {
-            return self.hold_with(
-                history,
-                Reason::Stabilizing,
-                format!(
-                    "violated ({} of target), but the levers moved {:.0}s ago; the window shows their effect after {:.0}s",
-                    pct(verdict.worst()),
-                    self.still_for(history),
-                    s.window
-                ),
-                sla,
-            );
-        }
-        // The model was optimistic here: learn it now, not after a whole window.
-        if let Some(load) = Workload::from_metrics(&self.obs.metrics) {
-            let config = engine_config(&cur);
-            if let Some(p) = self.model.predict(&config, cur.replicas, &load, s.quantile())
-                && p.stable()
-            {
-                let start = correction_for(history, &config);
-                let entry = history.correction.entry(correction_key(&config)).or_insert(start);
-                if let Some(o) = self.obs.metrics.ttft.seconds() {
-                    entry.ttft = entry.ttft.max((o / p.ttft.max(1e-9)).clamp(0.25, 4.0));
-                }
-                if let Some(o) = self.obs.metrics.itl.seconds() {
-                    entry.itl = entry.itl.max((o / p.itl.max(1e-9)).clamp(0.25, 4.0));
-                }
-            }
-        }
-        let reason = if verdict.itl > verdict.ttft { Reason::ItlViolated } else { Reason::TtftViolated };
-        if cur.replicas < s.max_replicas {
-            let next = cur.replicas + 1;
-            if s.enforce {
-                history.pending_scale_up = Some((next, self.now));
-            }
-            return self.finish(
-                history,
-                Levers { replicas: next, ..cur },
-                reason,
-                format!(
-                    "violated at {} of target where the model predicted it would hold: replicas {} → {next}",
-                    pct(verdict.worst()),
-                    cur.replicas
-                ),
-                sla,
-            );
-        }
-        if s.allow_degrade
-            && let Some(rank) = s.tier_rank(cur.tier)
-            && let Some(faster) = s.tiers.get(rank + 1)
-        {
-            if s.enforce {
-                history.tier_changed_at = Some(self.now);
-            }
-            return self.finish(history, Levers { tier: *faster, ..cur }, Reason::DegradedForLatency, format!(
-                "violated at {} of target with all {} replicas: tier {} → {faster} (faster, less precise)",
-                pct(verdict.worst()),
-                cur.replicas,
-                cur.tier
-            ), sla);
-        }
-        let mut d = self.hold_with(
-            history,
-            Reason::AtMaxReplicas,
-            format!(
-                "violated at {} of target with all {} replicas and no faster tier allowed",
-                pct(verdict.worst()),
-                cur.replicas
-            ),
-            sla,
-        );
-        d.scaling_limited = true;
-        d
-    }
-
-    /// Without a model: one replica fewer when every smoothed ratio has been below
-    /// [`HEADROOM`] for the scale-down stabilization; precision first.
-    fn unprofiled_headroom(&self, history: &mut History, sla: SlaState) -> Decision {
-        let s = self.spec;
-        let cur = self.current;
-        let signal = [history.ttft_ratio, history.itl_ratio, history.e2e_ratio]
-            .into_iter()
-            .flatten()
-            .fold(0.0, f64::max);
-        if signal >= HEADROOM {
-            history.headroom_since = None;
-            return self.finish(
-                history,
-                cur,
-                Reason::SlaMet,
-                format!("the SLA holds at {:.0}% of its tightest target", signal * 100.0),
-                sla,
-            );
-        }
-        let since = *history.headroom_since.get_or_insert(self.now);
-        if self.now - since < s.scale_down_stabilization || self.in_cooldown(history) {
-            return self.finish(
-                history,
-                cur,
-                Reason::SlaMet,
-                format!(
-                    "the SLA holds with headroom for {:.0}s of the {:.0}s scale-down stabilization window",
-                    self.now - since,
-                    s.scale_down_stabilization
-                ),
-                sla,
-            );
-        }
-        if let (Some(rank), Some(preferred)) = (s.tier_rank(cur.tier), s.tier_rank(s.preferred_tier))
-            && rank > preferred
-        {
-            let precise = s.tiers[rank - 1];
-            if s.enforce {
-                history.tier_changed_at = Some(self.now);
-            }
-            history.headroom_since = Some(self.now);
-            return self.finish(
-                history,
-                Levers { tier: precise, ..cur },
-                Reason::PrecisionRestored,
-                format!(
-                    "headroom for {:.0}s: tier {} → {precise} (more precise)",
-                    self.now - since,
-                    cur.tier
-                ),
-                sla,
-            );
-        }
-        if cur.replicas > s.min_replicas {
-            history.headroom_since = Some(self.now);
-            let next = cur.replicas - 1;
-            return self.finish(
-                history,
-                Levers { replicas: next, ..cur },
-                Reason::ReplicasShed,
-                format!("headroom for {:.0}s: replicas {} → {next}", self.now - since, cur.replicas),
-                sla,
-            );
-        }
-        self.finish(
-            history,
-            cur,
-            Reason::SlaMet,
-            "the SLA holds with headroom at the lowest cost allowed".into(),
-            sla,
-        )
-    }
-
-    /// No percentile to judge by. With the request rate known to be near zero the service is
-    /// idle: the headroom rules may give back capacity and precision. Otherwise hold.
-    fn idle_or_blind(&self, history: &mut History) -> Decision {
-        let m = &self.obs.metrics;
-        let samples = m.ttft.samples().or(m.itl.samples()).unwrap_or(0.0);
-        let idle = m.request_rate.is_some_and(|r| r * self.spec.window < super::MIN_SAMPLES);
-        if idle {
-            history.violating_since = None;
-            history.ttft_ratio = None;
-            history.itl_ratio = None;
-            history.e2e_ratio = None;
-            let mut d = self.idle_headroom(history);
-            if d.change.is_none() {
-                d.reason = Reason::TooFewSamples;
-                d.message = format!("idle: {samples:.0} requests in the window, too few for a percentile");
-            }
-            return d;
-        }
-        let reason = match (&m.ttft, &m.itl) {
-            (Quantile::Missing, Quantile::Missing) => Reason::MetricsMissing,
-            _ => Reason::TooFewSamples,
-        };
-        let message = if reason == Reason::MetricsMissing {
-            "holding: the latency histograms have no series for this service".to_string()
-        } else {
-            format!("holding: {samples:.0} requests in the window, too few for a percentile")
-        };
-        self.hold(history, reason, message)
-    }
-
-    /// An idle service: with a model, the headroom rule at the (tiny) observed load; without
-    /// one, the unprofiled rule.
-    fn idle_headroom(&self, history: &mut History) -> Decision {
-        match self.plan(history, None) {
-            Some(plan) => self.headroom(history, &plan, SlaState::Unknown),
-            None => {
-                // No load figures at all: nothing in flight, so everything is headroom.
-                history.ttft_ratio = Some(0.0);
-                self.unprofiled_headroom(history, SlaState::Unknown)
-            }
-        }
-    }
-
     fn hold(&self, history: &mut History, reason: Reason, message: String) -> Decision {
         self.hold_with(history, reason, message, SlaState::Unknown)
     }
@@ -1028,52 +801,5 @@ impl Tick<'_> {
             scaling_limited: false,
             history: history.clone(),
         }
-    }
-}
-
-/// The levers that differ between `from` and `to`, replicas first, with their directions.
-pub fn lever_changes(from: &Levers, to: &Levers) -> Vec<Change> {
-    let direction = |up: bool| if up { Direction::Up } else { Direction::Down };
-    let mut out = Vec::new();
-    if from.replicas != to.replicas {
-        out.push(Change {
-            lever: Lever::Replicas,
-            direction: direction(to.replicas > from.replicas),
-            from: from.replicas.to_string(),
-            to: to.replicas.to_string(),
-        });
-    }
-    if from.tier != to.tier {
-        // Here "up" means towards f32.
-        let up = tier_precision(to.tier) > tier_precision(from.tier);
-        out.push(Change {
-            lever: Lever::Tier,
-            direction: direction(up),
-            from: from.tier.to_string(),
-            to: to.tier.to_string(),
-        });
-    }
-    if (from.max_batch_size, from.batch_wait_ms, from.max_num_batched_tokens)
-        != (to.max_batch_size, to.batch_wait_ms, to.max_num_batched_tokens)
-    {
-        let up = (to.max_batch_size, to.max_num_batched_tokens)
-            > (from.max_batch_size, from.max_num_batched_tokens);
-        out.push(Change {
-            lever: Lever::Batch,
-            direction: direction(up),
-            from: format!("{}/{}", from.max_batch_size, from.max_num_batched_tokens),
-            to: format!("{}/{}", to.max_batch_size, to.max_num_batched_tokens),
-        });
-    }
-    out
-}
-
-/// Bits of weight precision, for the direction of a tier change.
-fn tier_precision(tier: pacer_crds::Tier) -> u32 {
-    match tier {
-        pacer_crds::Tier::F32 => 32,
-        pacer_crds::Tier::Q8_0 => 8,
-        pacer_crds::Tier::Native => 5,
-        pacer_crds::Tier::Q4_0 => 4,
     }
 }
