@@ -315,7 +315,12 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
     if let Ok(mut failures) = ctx.failures.lock() {
         failures.remove(&ObjectRef::from_obj(&*isvc));
     }
-    Ok(Action::requeue(build::evaluation_interval(&isvc)))
+    // With an SLA loop, every fresh observation is looked at (for the planner's early
+    // evaluation on a growing queue); the planner still decides once per evaluation interval
+    // otherwise.
+    let every = build::evaluation_interval(&isvc);
+    let every = ctx.sla.as_ref().map_or(every, |sla| every.min(sla.observer.tick_interval()));
+    Ok(Action::requeue(every))
 }
 
 /// The operator's metrics, a log line and an Event for a decision the planner just made.

@@ -29,6 +29,11 @@ impl Observer {
         Arc::new(Observer { source, tick, latest: RwLock::new(None) })
     }
 
+    /// How often the source is asked.
+    pub fn tick_interval(&self) -> Duration {
+        self.tick
+    }
+
     /// What the source is, for logs.
     pub fn describe(&self) -> String {
         self.source.describe()

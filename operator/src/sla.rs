@@ -1,7 +1,8 @@
 //! The SLA loop inside a reconcile: the observer's latest metrics for this InferenceService, its
 //! Deployment's ready replicas and the planner's memory go into [`planner::decide`] once per
-//! evaluation interval; the decision's levers are what the children are built for. Between
-//! evaluations (a reconcile triggered by a watch event) the last decision stands.
+//! evaluation interval, or sooner when [`planner::due`] sees a leading signal cross in a fresh
+//! observation (reconciles requeue on the observer's tick for that); the decision's levers are
+//! what the children are built for. Between evaluations the last decision stands.
 
 use crate::metrics_source::ServiceKey;
 use crate::observer::Observer;
@@ -30,6 +31,8 @@ struct State {
     outcome: PlannerOutcome,
     at: f64,
     generation: Option<i64>,
+    /// When the last observation noted in the history was taken.
+    noted_at: Option<f64>,
 }
 
 /// The result of one evaluation, or of the last one when none was due.
@@ -70,31 +73,48 @@ impl SlaLoop {
         let t = seconds(now);
         let mut states = self.states.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let generation = isvc.metadata.generation;
-        if let Some(s) = states.get(&key)
-            && s.generation == generation
-            && t - s.at < spec.evaluation_interval - 0.5
-        {
-            return Evaluation {
-                levers: s.outcome.decision.levers,
-                outcome: s.outcome.clone(),
-                decided_now: false,
-                previous_recommendation: Some(s.outcome.decision.recommended),
-            };
-        }
-        let (history, previous) = states
-            .get(&key)
-            .map(|s| (s.history.clone(), Some(s.outcome.decision.recommended)))
-            .unwrap_or_default();
         let service = ServiceKey::new(isvc.namespace().unwrap_or_default(), isvc.name_any());
         let (at, freshness, metrics) = self.observer.metrics_of(&service, t);
         let (ready, desired) = replica_counts(deployment, current.replicas);
         let observation =
             Observation { at, freshness, metrics, ready_replicas: ready, desired_replicas: desired };
+        if let Some(s) = states.get_mut(&key)
+            && s.generation == generation
+            && t - s.at < spec.evaluation_interval - 0.5
+        {
+            // Not due by the interval: a fresh observation is noted, and decides early when
+            // a leading signal crossed (the waiting queue grew over two observations).
+            let fresh = s.noted_at.is_none_or(|n| observation.at > n);
+            let early = fresh && planner::due(&spec, &observation, &s.history, t);
+            if fresh && !early {
+                planner::decide::note(&observation, &mut s.history);
+                s.noted_at = Some(observation.at);
+            }
+            if !early {
+                return Evaluation {
+                    levers: s.outcome.decision.levers,
+                    outcome: s.outcome.clone(),
+                    decided_now: false,
+                    previous_recommendation: Some(s.outcome.decision.recommended),
+                };
+            }
+        }
+        let (history, previous) = states
+            .get(&key)
+            .map(|s| (s.history.clone(), Some(s.outcome.decision.recommended)))
+            .unwrap_or_default();
+        let observation_at = observation.at;
         let decision = planner::decide(&spec, &self.model, &observation, &current, &history, t);
         let outcome = PlannerOutcome { decision, observation, at: now.clone() };
         states.insert(
             key,
-            State { history: outcome.decision.history.clone(), outcome: outcome.clone(), at: t, generation },
+            State {
+                history: outcome.decision.history.clone(),
+                outcome: outcome.clone(),
+                at: t,
+                generation,
+                noted_at: Some(observation_at),
+            },
         );
         Evaluation {
             levers: outcome.decision.levers,
