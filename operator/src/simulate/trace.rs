@@ -191,6 +191,19 @@ pub struct Trace {
     pub base_rate: f64,
 }
 
+impl Trace {
+    /// The trace `spec` describes, with these requests.
+    fn of(spec: &TraceSpec, requests: Vec<Request>) -> Trace {
+        Trace {
+            name: spec.shape.name(),
+            shape: spec.shape.clone(),
+            requests,
+            duration: spec.duration,
+            base_rate: spec.base_rate,
+        }
+    }
+}
+
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct TraceSpec {
@@ -258,13 +271,7 @@ pub fn generate(spec: &TraceSpec) -> Result<Trace, SimError> {
             output_tokens: spec.output.sample(&mut rng) as u32,
         });
     }
-    Ok(Trace {
-        name: spec.shape.name(),
-        shape: spec.shape.clone(),
-        requests,
-        duration: spec.duration,
-        base_rate: spec.base_rate,
-    })
+    Ok(Trace::of(spec, requests))
 }
 
 /// Mean turns of a chat session (2–8, uniform).
@@ -306,13 +313,7 @@ fn sessions(spec: &TraceSpec) -> Result<Trace, SimError> {
         }
     }
     requests.sort_by(|a, b| a.timestamp.total_cmp(&b.timestamp));
-    Ok(Trace {
-        name: spec.shape.name(),
-        shape: spec.shape.clone(),
-        requests,
-        duration: spec.duration,
-        base_rate: spec.base_rate,
-    })
+    Ok(Trace::of(spec, requests))
 }
 
 /// Poisson arrivals at the base rate with (prompt, output) pairs drawn from `pool`.
@@ -331,13 +332,7 @@ fn resampled(spec: &TraceSpec, pool: &[(u32, u32)]) -> Result<Trace, SimError> {
         let (prompt, output) = pool[((rng.uniform() * pool.len() as f64) as usize).min(pool.len() - 1)];
         requests.push(Request { timestamp: t, prompt_tokens: prompt, output_tokens: output });
     }
-    Ok(Trace {
-        name: spec.shape.name(),
-        shape: spec.shape.clone(),
-        requests,
-        duration: spec.duration,
-        base_rate: spec.base_rate,
-    })
+    Ok(Trace::of(spec, requests))
 }
 
 /// Reads a replay: this module's lines (`timestamp`, `prompt_tokens`, `output_tokens`), or a

@@ -288,26 +288,16 @@ impl Tick<'_> {
         forecast.down = history.recent_rates.iter().map(|(_, r)| *r).fold(forecast.down, f64::max);
         let tiers = choose::tiers(self.spec);
         let (need_up, need_down) = (forecast.up * LOAD_HEADROOM, forecast.down * SHED_HEADROOM);
-        let up = choose::cheapest(
-            &choose::Search {
-                spec: self.spec,
-                model: self.model,
-                history,
-                current: &self.current,
-                shape: &shape,
-            },
-            &choose::Ask { rate: need_up, margin: MARGIN, replicas: None, tiers: &tiers },
-        )?;
-        let down = choose::cheapest(
-            &choose::Search {
-                spec: self.spec,
-                model: self.model,
-                history,
-                current: &self.current,
-                shape: &shape,
-            },
-            &choose::Ask { rate: need_down, margin: SHED_MARGIN, replicas: None, tiers: &tiers },
-        );
+        let search = choose::Search {
+            spec: self.spec,
+            model: self.model,
+            history,
+            current: &self.current,
+            shape: &shape,
+        };
+        let ask = |rate: f64, margin: f64| choose::Ask { rate, margin, replicas: None, tiers: &tiers };
+        let up = choose::cheapest(&search, &ask(need_up, MARGIN))?;
+        let down = choose::cheapest(&search, &ask(need_down, SHED_MARGIN));
         let current_capacity =
             choose::per_replica(self.spec, self.model, history, &self.current, &shape, MARGIN).unwrap_or(0.0);
         Some(Plan { forecast, shape, up, down, current_capacity, need_up, need_down })
