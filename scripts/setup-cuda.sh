@@ -90,9 +90,19 @@ ln -s lib "$tree/lib64"
 # returning CUDA_ERROR_NO_DEVICE (100). On a GPU machine the dynamic loader resolves
 # libcuda.so.1 to the driver's and the stub is never seen; run against the stub
 # (LD_LIBRARY_PATH=$CUDA_HOME/lib/stubs), a cuda build behaves as on a machine without a GPU.
-cudarc_src=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort -V | tail -1 || true)
+# cudarc is an optional dependency, so a build without the `cuda` feature never unpacks its
+# sources: `cargo fetch` downloads and unpacks every package the lockfile names.
+find_cudarc() {
+  ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort -V | tail -1 || true
+}
+cudarc_src=$(find_cudarc)
 if [ -z "$cudarc_src" ]; then
-  log "cudarc sources not found: run 'cargo fetch' first"
+  log "cudarc sources not unpacked yet: cargo fetch"
+  (cd "$(dirname "$0")/.." && cargo fetch --locked) 1>&2
+  cudarc_src=$(find_cudarc)
+fi
+if [ -z "$cudarc_src" ]; then
+  log "cudarc sources not found after 'cargo fetch': is cudarc 0.19 still in Cargo.lock?"
   exit 1
 fi
 mkdir -p "$tree/lib/stubs"
