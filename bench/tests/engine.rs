@@ -56,6 +56,8 @@ async fn start_engine() -> String {
         body_timeout: Duration::from_secs(30),
         max_connections: 64,
         log_prompts: false,
+        max_buffered_bytes: 64 << 20,
+        stall_timeout: Duration::from_secs(60),
     };
     let srv = server::build(model, &config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -116,6 +116,13 @@ struct ServeArgs {
     /// Log prompt token ids (off: prompts may contain personal data).
     #[arg(long, env = "PACER_LOG_PROMPTS")]
     log_prompts: bool,
+    /// Most request-body bytes buffered at once across all connections; a body that would
+    /// pass it gets 503 with Retry-After (bodies are read only after the API key is checked).
+    #[arg(long, env = "PACER_MAX_BUFFERED_BYTES", default_value_t = 64 << 20)]
+    max_buffered_bytes: usize,
+    /// Seconds one forward step may run before /health and /ready fail (a hung device).
+    #[arg(long, env = "PACER_STALL_TIMEOUT", default_value_t = 60)]
+    stall_timeout: u64,
     /// Largest context (prompt + output tokens) a request may use [default: the model's own].
     #[arg(long, env = "PACER_CONTEXT_LENGTH")]
     context_length: Option<usize>,
@@ -582,6 +589,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         body_timeout,
         max_connections,
         log_prompts,
+        max_buffered_bytes,
+        stall_timeout,
         context_length,
     } = args;
     let path = model.model_path()?;
@@ -611,6 +620,8 @@ fn serve(args: ServeArgs) -> Result<()> {
         body_timeout: std::time::Duration::from_secs(body_timeout),
         max_connections,
         log_prompts,
+        max_buffered_bytes,
+        stall_timeout: std::time::Duration::from_secs(stall_timeout.max(1)),
     };
     // The HTTP side is light; the compute pool does the heavy work on its own threads.
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;

@@ -1,6 +1,8 @@
 //! Hostile clients and bad input against the server over real HTTP with the real model: slow
 //! and half-open connections, a connection limit, megabytes of prompt, and malformed or
-//! unsupported requests, each answered with the right status and an OpenAI error body.
+//! unsupported requests, each answered with the right status and an OpenAI error body; clients
+//! without the key, a body budget shared by all connections, and a scheduler whose steps fail
+//! or hang (through its test-only fault hook).
 
 #![allow(clippy::unwrap_used)]
 
@@ -251,4 +253,206 @@ async fn malformed_requests_get_the_right_status_and_an_openai_error_body() {
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
+}
+
+/// Clients without the API key get their 401 from the headers alone, before a byte of their
+/// body is buffered: 200 connections each declaring a 4 MiB body with a wrong key (800 MiB
+/// if read) leave the process's memory where it was, and `/health` keeps answering. A wrong
+/// key is refused like a missing one, and the comparison does not depend on where it differs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_is_refused_before_its_body_is_read() {
+    const CLIENTS: usize = 200;
+    const BODY: usize = 4 << 20;
+    let url = start(ServeConfig {
+        api_key: Some("s3cret-key".into()),
+        max_body_bytes: BODY,
+        max_connections: CLIENTS + 8,
+        // No help from the body budget here: only the order (the key first) keeps memory down.
+        max_buffered_bytes: 2 << 30,
+        ..config()
+    })
+    .await;
+    let body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 1});
+    for key in ["s3cret-kez", "wrong", "s3cret-key-and-more", ""] {
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/completions"))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "key {key:?}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
+    }
+
+    let rss_before = rss_bytes();
+    let address = url.trim_start_matches("http://").to_string();
+    let flood = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        static CHUNK: [u8; 64 << 10] = [b' '; 64 << 10];
+        let threads: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let address = address.clone();
+                std::thread::spawn(move || {
+                    let mut s = std::net::TcpStream::connect(&address).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                    let head = format!(
+                        "POST /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer nope\r\ncontent-type: application/json\r\ncontent-length: {BODY}\r\n\r\n"
+                    );
+                    s.write_all(head.as_bytes()).unwrap();
+                    // The body follows as fast as the server takes it, from a thread of its
+                    // own; a server that answers from the headers closes the connection and
+                    // the writes stop.
+                    let mut writer = s.try_clone().unwrap();
+                    let body = std::thread::spawn(move || {
+                        let mut sent = 0;
+                        while sent < BODY && writer.write_all(&CHUNK).is_ok() {
+                            sent += CHUNK.len();
+                        }
+                    });
+                    // The answer's head, read as it arrives (before the close can reset it).
+                    let mut answer = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => answer.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                    let _ = body.join();
+                    String::from_utf8_lossy(&answer).into_owned()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect::<Vec<_>>()
+    });
+    let client = reqwest::Client::new();
+    let mut peak = rss_before;
+    while !flood.is_finished() {
+        let r = client.get(format!("{url}/health")).timeout(Duration::from_secs(5)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        peak = peak.max(rss_bytes());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answers = flood.await.unwrap();
+    for a in &answers {
+        assert!(a.starts_with("HTTP/1.1 401"), "{a:.200}");
+        assert!(a.to_ascii_lowercase().contains("connection: close"), "{a:.400}");
+    }
+    // Each client thread's stack and socket buffers are the test's own; what must not appear
+    // is the 800 MiB of bodies.
+    let grew = peak.saturating_sub(rss_before);
+    assert!(grew < 96 << 20, "memory grew by {} MiB under the flood", grew >> 20);
+}
+
+/// With the key, bodies are buffered only within `max_buffered_bytes` across all connections:
+/// a request beyond it gets a 503 with `Retry-After` at once, and once the budget is back the
+/// same request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_buffered_within_one_budget_for_all_connections() {
+    let url = start(ServeConfig {
+        max_body_bytes: 1 << 20,
+        max_buffered_bytes: 1 << 20,
+        body_timeout: Duration::from_secs(30),
+        ..config()
+    })
+    .await;
+    let address = url.trim_start_matches("http://").to_string();
+    // A client that declares the largest body and sends it slowly holds the whole budget.
+    use std::io::Write;
+    let mut slow = std::net::TcpStream::connect(&address).unwrap();
+    slow.write_all(
+        format!("POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{{", 1 << 20)
+            .as_bytes(),
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 1});
+    let r = post(&url, "/v1/completions", &body).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "server_busy", "{v}");
+    drop(slow);
+    let mut status = 0;
+    for _ in 0..100 {
+        status = post(&url, "/v1/completions", &body).await.status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200, "the budget did not come back after the slow client left");
+}
+
+/// A forward step that keeps failing, or one that hangs, makes `/health` and `/ready` fail
+/// with the cause (so the pod is restarted instead of answering 500s forever); a step that
+/// succeeds again, or the hung one finishing, makes them pass again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_or_hung_scheduler_is_unhealthy() {
+    use pacer_engine::scheduler::{Faults, UNHEALTHY_AFTER_FAILED_STEPS};
+    let model = common::loaded(pacer_engine::Tier::Q4_0);
+    let (url, scheduler) =
+        common::http::start_server(model, ServeConfig { stall_timeout: Duration::from_secs(1), ..config() })
+            .await;
+    let client = reqwest::Client::new();
+    let probe = |path: &'static str| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let r = client.get(format!("{url}{path}")).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let body = json!({"model": MODEL, "prompt": "hi", "max_tokens": 2, "temperature": 0});
+
+    scheduler.inject_faults(Faults { fail_steps: UNHEALTHY_AFTER_FAILED_STEPS, ..Faults::default() });
+    for n in 1..=UNHEALTHY_AFTER_FAILED_STEPS {
+        let r = post(&url, "/v1/completions", &body).await;
+        assert_eq!(r.status(), 500, "request {n}");
+        let expected = if n < UNHEALTHY_AFTER_FAILED_STEPS { 200 } else { 503 };
+        assert_eq!(probe("/health").await.0, expected, "after {n} failed steps");
+    }
+    // The cause, in OpenAI's error body like every error this server sends.
+    let (status, text) = probe("/health").await;
+    assert_eq!(status, 503);
+    assert!(text.contains("the last 3 forward steps failed"), "{text}");
+    assert_eq!(probe("/ready").await.0, 503);
+    // The fault is spent: the next step succeeds and health comes back.
+    assert_eq!(post(&url, "/v1/completions", &body).await.status(), 200);
+    assert_eq!(probe("/health").await, (200, "ok\n".to_string()));
+    assert_eq!(probe("/ready").await.0, 200);
+
+    scheduler.inject_faults(Faults { stall: Duration::from_secs(4), ..Faults::default() });
+    let request = tokio::spawn({
+        let url = url.clone();
+        let body = body.clone();
+        async move { post(&url, "/v1/completions", &body).await.status().as_u16() }
+    });
+    let mut seen = None;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (status, text) = probe("/health").await;
+        if status == 503 {
+            seen = Some(text);
+            break;
+        }
+    }
+    let text = seen.expect("/health never failed while a step hung");
+    assert!(text.contains("a forward step has run for"), "{text}");
+    assert_eq!(probe("/ready").await.0, 503);
+    assert_eq!(request.await.unwrap(), 200, "the stalled request still completes");
+    assert_eq!(probe("/health").await.0, 200);
+}
+
+/// This process's resident memory, in bytes (Linux).
+fn rss_bytes() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: usize = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
 }

@@ -41,10 +41,25 @@ pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QAct
     unsafe { rows_avx2(w, rows, qa, local, super::isa() == super::Isa::Avx2Vnni) }
 }
 
+/// Computes weight rows `rows` against every row of `qa` (see [`quantized_rows`]).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C (and AVX-VNNI when `vnni`), and the shapes must be
+/// those [`quantized_rows`] asserts: `qa.cols == w.cols()`, `qa.q`/`qa.d`/`qa.s` hold
+/// `qa.rows` rows of `w.cols() / BLOCK` blocks, `rows.end <= w.rows()` and
+/// `local.len() >= rows.len() * qa.rows`. The tile kernels read blocks unchecked on these
+/// bounds.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32], vnni: bool) {
+unsafe fn rows_avx2(
+    w: &Weight,
+    rows: std::ops::Range<usize>,
+    qa: &QActivations,
+    local: &mut [f32],
+    vnni: bool,
+) {
     if w.interleaved() {
-        return rows_x8(w, rows, qa, local, vnni);
+        // SAFETY: this function's own contract is `rows_x8`'s.
+        return unsafe { rows_x8(w, rows, qa, local, vnni) };
     }
     let m = qa.rows;
     let row_bytes = w.row_bytes();
@@ -78,9 +93,13 @@ fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local:
     }
 }
 
+/// The f16 at `p`, widened.
+///
+/// # Safety
+/// `p` must point to two readable bytes (a block's f16 scale), and the CPU must have F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16_to_f32(p: *const u8) -> f32 {
-    // SAFETY: callers pass a pointer to the 2-byte scale at the start of a block in bounds.
+unsafe fn f16_to_f32(p: *const u8) -> f32 {
+    // SAFETY: the caller passes a pointer to two readable bytes.
     let bits = unsafe { p.cast::<u16>().read_unaligned() };
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
@@ -163,9 +182,18 @@ fn tile_q4<const T: usize, const MIN: bool>(
 }
 
 /// Interleaved 4-bit weights: eight rows per record, results straight in vector lanes.
-/// `vnni` may be true only where the CPU has AVX-VNNI.
+///
+/// # Safety
+/// As for [`rows_avx2`], with `w` interleaved (8-row groups, `rows` on group bounds); `vnni`
+/// may be true only where the CPU has AVX-VNNI.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32], vnni: bool) {
+unsafe fn rows_x8(
+    w: &Weight,
+    rows: std::ops::Range<usize>,
+    qa: &QActivations,
+    local: &mut [f32],
+    vnni: bool,
+) {
     assert!(
         rows.start.is_multiple_of(GROUP) && rows.end.is_multiple_of(GROUP),
         "row ranges follow the 8-row groups"

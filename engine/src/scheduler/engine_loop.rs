@@ -323,7 +323,13 @@ impl Loop<'_> {
                 .zip(&plan)
                 .map(|(cache, (_, tokens, logits))| SeqStep { cache, tokens, logits: *logits })
                 .collect();
-            self.model.model.forward(&mut self.kv, &mut steps)
+            self.shared.step_started();
+            let result = match self.injected_fault() {
+                Some(e) => Err(e),
+                None => self.model.model.forward(&mut self.kv, &mut steps),
+            };
+            self.shared.step_ended(result.is_ok());
+            result
         };
         for ((i, _, _), mut cache) in plan.iter().zip(caches) {
             let a = &mut self.running[*i];
@@ -374,6 +380,20 @@ impl Loop<'_> {
             }
         }
         self.retire(|a| a.seq.finish().is_some());
+    }
+
+    /// A fault a test injected for this step: a failure, after a stall if one was asked for.
+    fn injected_fault(&self) -> Option<crate::error::EngineError> {
+        let faults = &self.shared.faults;
+        let stall = faults.stall_ms.swap(0, Ordering::AcqRel);
+        if stall > 0 {
+            std::thread::sleep(Duration::from_millis(stall));
+        }
+        faults
+            .fail_steps
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| crate::error::EngineError::Model("injected step failure (test fault)".into()))
     }
 
     fn finish(&self, i: usize, reason: FinishReason, now: Instant) {

@@ -20,9 +20,9 @@ pub use settings::{BatchSettings, watch_settings_file};
 use crate::LoadedModel;
 use crate::generate::{FinishReason, GenerateRequest};
 use crate::metrics::EngineMetrics;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// What a request's stream receives.
@@ -76,6 +76,43 @@ pub struct SharedState {
     waiting: AtomicUsize,
     running: AtomicUsize,
     stopped: AtomicBool,
+    /// Forward steps that failed in a row (0 after any step that succeeds).
+    failed_steps: AtomicU32,
+    /// When the forward step now running started, in ms of [`monotonic_ms`] (0: none running).
+    step_started_ms: AtomicU64,
+    /// Faults a test asked for (see [`SchedulerHandle::inject_faults`]).
+    faults: FaultState,
+}
+
+/// After this many forward steps failing in a row the engine reports itself unhealthy, so
+/// its pod is restarted instead of answering 500s forever.
+pub const UNHEALTHY_AFTER_FAILED_STEPS: u32 = 3;
+
+/// Milliseconds on a process-wide monotonic clock, never 0.
+fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+/// Why the engine is not healthy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sickness {
+    /// The scheduler thread exited (it panicked).
+    Stopped,
+    /// The last `n` forward steps all failed.
+    FailingSteps(u32),
+    /// One forward step has been running for this long, past the stall limit.
+    Stalled(Duration),
+}
+
+impl std::fmt::Display for Sickness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sickness::Stopped => write!(f, "the scheduler stopped"),
+            Sickness::FailingSteps(n) => write!(f, "the last {n} forward steps failed"),
+            Sickness::Stalled(d) => write!(f, "a forward step has run for {:.1} s", d.as_secs_f64()),
+        }
+    }
 }
 
 impl SharedState {
@@ -99,6 +136,53 @@ impl SharedState {
     pub fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Acquire)
     }
+    /// Why the engine cannot serve, if it cannot: its scheduler stopped, its steps keep
+    /// failing, or one step has run longer than `stall_limit` (a hung kernel or device).
+    pub fn sickness(&self, stall_limit: Duration) -> Option<Sickness> {
+        if self.is_stopped() {
+            return Some(Sickness::Stopped);
+        }
+        let failed = self.failed_steps.load(Ordering::Acquire);
+        if failed >= UNHEALTHY_AFTER_FAILED_STEPS {
+            return Some(Sickness::FailingSteps(failed));
+        }
+        let started = self.step_started_ms.load(Ordering::Acquire);
+        if started > 0 {
+            let running = Duration::from_millis(monotonic_ms().saturating_sub(started));
+            if running > stall_limit {
+                return Some(Sickness::Stalled(running));
+            }
+        }
+        None
+    }
+    fn step_started(&self) {
+        self.step_started_ms.store(monotonic_ms(), Ordering::Release);
+    }
+    fn step_ended(&self, ok: bool) {
+        self.step_started_ms.store(0, Ordering::Release);
+        if ok {
+            self.failed_steps.store(0, Ordering::Release);
+        } else {
+            self.failed_steps.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Faults injected by tests through [`SchedulerHandle::inject_faults`].
+#[derive(Debug, Default)]
+struct FaultState {
+    fail_steps: AtomicU32,
+    stall_ms: AtomicU64,
+}
+
+/// Faults for a test to inject into the running scheduler: the health checks are tested
+/// against a real engine whose steps fail or hang.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// The next this many forward steps fail (as a kernel error would).
+    pub fail_steps: u32,
+    /// The next forward step sleeps this long first (as a hung device would).
+    pub stall: Duration,
 }
 
 /// Why a submission was refused.
@@ -152,6 +236,15 @@ impl SchedulerHandle {
     /// Stops accepting requests; in-flight ones continue.
     pub fn start_draining(&self) {
         self.shared.draining.store(true, Ordering::Release);
+    }
+
+    /// Injects faults into the next forward steps. For tests of the health checks: nothing
+    /// in the engine calls it, and a step without faults pays two atomic loads for it.
+    #[doc(hidden)]
+    pub fn inject_faults(&self, faults: Faults) {
+        let f = &self.shared.faults;
+        f.stall_ms.store(faults.stall.as_millis() as u64, Ordering::Release);
+        f.fail_steps.store(faults.fail_steps, Ordering::Release);
     }
 
     /// Read-only state for health, readiness and drain.

@@ -1,6 +1,6 @@
 //! The one mapping from failures to HTTP responses: OpenAI's error body
 //! `{"error": {"message", "type", "param", "code"}}` with the matching status, and
-//! `Retry-After` on 429.
+//! `Retry-After` on 429 and on a busy 503.
 
 use crate::error::EngineError;
 use crate::scheduler::Refusal;
@@ -20,7 +20,7 @@ pub struct ApiError {
     pub param: Option<String>,
     /// A stable machine-readable code.
     pub code: Option<&'static str>,
-    /// Seconds to wait before retrying (429 only).
+    /// Seconds to wait before retrying (429, and 503 when busy).
     pub retry_after: Option<u64>,
 }
 
@@ -95,6 +95,18 @@ impl ApiError {
         }
     }
 
+    /// 503 with `Retry-After` for a server that is at a limit of its own for a moment.
+    pub fn busy(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("server_busy"),
+            retry_after: Some(1),
+        }
+    }
+
     /// 500 for a failure inside the engine.
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError {
@@ -111,6 +123,7 @@ impl ApiError {
     pub fn reason(&self) -> &'static str {
         match self.status {
             StatusCode::TOO_MANY_REQUESTS => "queue_full",
+            StatusCode::SERVICE_UNAVAILABLE if self.code == Some("server_busy") => "busy",
             StatusCode::SERVICE_UNAVAILABLE => "draining",
             StatusCode::NOT_FOUND => "model_not_found",
             StatusCode::UNAUTHORIZED => "unauthorized",

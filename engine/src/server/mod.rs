@@ -49,6 +49,11 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Log prompt token ids (off by default: prompts may hold personal data).
     pub log_prompts: bool,
+    /// Most request-body bytes buffered at once across all connections: a body that would
+    /// pass it gets a 503 with `Retry-After` instead of memory.
+    pub max_buffered_bytes: usize,
+    /// A forward step running longer than this makes `/health` fail (a hung device).
+    pub stall_timeout: Duration,
 }
 
 /// Shared by all handlers.
@@ -72,6 +77,17 @@ pub struct AppState {
     body_timeout: Duration,
     /// The KV cache's capacity in tokens (`kv_cache_tokens` rounded up to whole blocks).
     kv_tokens: usize,
+    /// Request-body bytes that may still be buffered, in KiB (see
+    /// [`ServeConfig::max_buffered_bytes`]).
+    buffered: Arc<tokio::sync::Semaphore>,
+    /// See [`ServeConfig::stall_timeout`].
+    stall_timeout: Duration,
+}
+
+/// `bytes` in whole KiB, the unit of [`AppState::buffered`] (a semaphore counts at most
+/// `u32::MAX` permits per acquire).
+fn buffer_kib(bytes: usize) -> usize {
+    bytes.div_ceil(1024).clamp(1, u32::MAX as usize)
 }
 
 /// How many requests are parsed and tokenized at once, on the blocking pool: enough to overlap
@@ -156,6 +172,8 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         body_timeout: config.body_timeout,
         kv_tokens: config.kv_cache_tokens.div_ceil(crate::model::BLOCK_TOKENS).max(1)
             * crate::model::BLOCK_TOKENS,
+        buffered: Arc::new(tokio::sync::Semaphore::new(buffer_kib(config.max_buffered_bytes))),
+        stall_timeout: config.stall_timeout,
     });
     let router = Router::new()
         .route("/v1/completions", post(routes::completions))
@@ -325,6 +343,8 @@ mod tests {
             body_timeout: Duration::from_secs(1),
             max_connections: 1,
             log_prompts: false,
+            max_buffered_bytes: 1,
+            stall_timeout: Duration::from_secs(1),
         }
     }
 

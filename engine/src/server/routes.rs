@@ -39,20 +39,65 @@ fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if given == Some(key.as_str()) { Ok(()) } else { Err(ApiError::unauthorized()) }
+    match given {
+        Some(given) if constant_time_eq(given.as_bytes(), key.as_bytes()) => Ok(()),
+        _ => Err(ApiError::unauthorized()),
+    }
+}
+
+/// Whether `a == b`, in a time that depends on their lengths only, not on where they differ:
+/// a client timing wrong keys learns nothing of the right one's bytes.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let (x, y) = (a.get(i).copied().unwrap_or(0), b.get(i).copied().unwrap_or(0));
+        diff |= std::hint::black_box(x ^ y);
+    }
+    diff == 0
+}
+
+/// A request body and its share of the server's body budget, held until the request is
+/// prepared.
+struct ReadBody {
+    bytes: Bytes,
+    _budget: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// The request body, at most `max_body_bytes` (413 beyond), within `body_timeout` of the
-/// headers (408 after: a client that never finishes its body does not hold a handler).
-async fn read_body(state: &AppState, body: Body, path: &str) -> Result<Bytes, ApiError> {
-    match tokio::time::timeout(state.body_timeout, axum::body::to_bytes(body, state.max_body_bytes)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if format!("{e:#}").contains("length limit") => Err(ApiError::from_status(
+/// headers (408 after: a client that never finishes its body does not hold a handler). Its
+/// bytes come out of the budget shared by all connections first (`max_buffered_bytes`): the
+/// declared length, or the largest body when none is declared; with the budget spent the
+/// request gets a 503 with `Retry-After` before anything is read.
+async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    path: &str,
+) -> Result<ReadBody, ApiError> {
+    let too_large = || {
+        ApiError::from_status(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("The limit is {} bytes.", state.max_body_bytes),
             "POST",
             path,
-        )),
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    if declared.is_some_and(|n| n > state.max_body_bytes) {
+        return Err(too_large());
+    }
+    let reserve = super::buffer_kib(declared.unwrap_or(state.max_body_bytes));
+    let Ok(budget) = state.buffered.clone().try_acquire_many_owned(reserve as u32) else {
+        return Err(ApiError::busy(
+            "The server is reading as many request bodies as it buffers at once; retry shortly.",
+        ));
+    };
+    match tokio::time::timeout(state.body_timeout, axum::body::to_bytes(body, state.max_body_bytes)).await {
+        Ok(Ok(bytes)) => Ok(ReadBody { bytes, _budget: budget }),
+        Ok(Err(e)) if format!("{e:#}").contains("length limit") => Err(too_large()),
         Ok(Err(e)) => Err(ApiError::invalid(format!("reading the request body failed: {e}"), None)),
         Err(_) => Err(ApiError::from_status(
             StatusCode::REQUEST_TIMEOUT,
@@ -61,6 +106,18 @@ async fn read_body(state: &AppState, body: Body, path: &str) -> Result<Bytes, Ap
             path,
         )),
     }
+}
+
+/// Checks the API key on the headers, then reads the body: a client without the key never
+/// gets a byte of its body buffered.
+async fn authorized_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    path: &str,
+) -> Result<ReadBody, ApiError> {
+    check_auth(state, headers)?;
+    read_body(state, headers, body, path).await
 }
 
 /// Runs `prepare` (parsing, the chat template, tokenizing: milliseconds usually, seconds for a
@@ -121,11 +178,10 @@ pub async fn openai_errors(request: axum::extract::Request, next: axum::middlewa
 /// `POST /v1/completions`.
 pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let arrived = Instant::now();
-    let body = read_body(&state, body, "/v1/completions").await;
-    let prepared = match check_auth(&state, &headers).and(body) {
+    let prepared = match authorized_body(&state, &headers, body, "/v1/completions").await {
         Ok(body) => {
             off_runtime(&state, move |s| {
-                CompletionRequest::from_json(&body)
+                CompletionRequest::from_json(&body.bytes)
                     .and_then(|r| r.prepare(&s.model, &s.served_name, s.kv_tokens))
             })
             .await
@@ -142,11 +198,11 @@ pub async fn chat_completions(
     body: Body,
 ) -> Response {
     let arrived = Instant::now();
-    let body = read_body(&state, body, "/v1/chat/completions").await;
-    let prepared = match check_auth(&state, &headers).and(body) {
+    let prepared = match authorized_body(&state, &headers, body, "/v1/chat/completions").await {
         Ok(body) => {
             off_runtime(&state, move |s| {
-                ChatRequest::from_json(&body).and_then(|r| r.prepare(&s.model, &s.served_name, s.kv_tokens))
+                ChatRequest::from_json(&body.bytes)
+                    .and_then(|r| r.prepare(&s.model, &s.served_name, s.kv_tokens))
             })
             .await
         }
@@ -167,7 +223,10 @@ async fn respond(
             state.metrics.rejected(e.reason());
             // A body left unread (over the limit, or never finished) leaves the connection
             // unusable: say so, or a client reuses it and its next request fails.
-            let unread = matches!(e.status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT);
+            let unread = matches!(
+                e.status,
+                StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT | StatusCode::UNAUTHORIZED
+            ) || e.code == Some("server_busy");
             let mut response = e.into_response();
             if unread {
                 response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
@@ -419,18 +478,21 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     .into_response()
 }
 
-/// `GET /health`: the process is alive and its scheduler thread runs.
+/// `GET /health` (liveness): the scheduler thread runs, its steps do not keep failing, and
+/// none has hung past `--stall-timeout`. A failing answer gets the pod restarted.
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
-    if state.scheduler.shared().is_stopped() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "scheduler stopped\n").into_response();
+    match state.scheduler.shared().sickness(state.stall_timeout) {
+        Some(sick) => (StatusCode::SERVICE_UNAVAILABLE, format!("{sick}\n")).into_response(),
+        None => (StatusCode::OK, "ok\n").into_response(),
     }
-    (StatusCode::OK, "ok\n").into_response()
 }
 
-/// `GET /ready`: model loaded and warmed up, not draining.
+/// `GET /ready`: model loaded and warmed up, not draining, and healthy.
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     let shared = state.scheduler.shared();
-    if shared.is_ready() {
+    if let Some(sick) = shared.sickness(state.stall_timeout) {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{sick}\n")).into_response()
+    } else if shared.is_ready() {
         (StatusCode::OK, "ready\n").into_response()
     } else if shared.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()

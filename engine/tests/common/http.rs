@@ -26,6 +26,8 @@ pub fn config() -> ServeConfig {
         body_timeout: Duration::from_secs(30),
         max_connections: 64,
         log_prompts: false,
+        max_buffered_bytes: 64 << 20,
+        stall_timeout: Duration::from_secs(60),
     }
 }
 
@@ -37,7 +39,16 @@ pub async fn start(config: ServeConfig) -> String {
 
 /// As [`start`], serving `model` (another tier or device).
 pub async fn start_with(model: std::sync::Arc<pacer_engine::LoadedModel>, config: ServeConfig) -> String {
+    start_server(model, config).await.0
+}
+
+/// As [`start_with`], also returning the scheduler's handle (for its test-only fault hook).
+pub async fn start_server(
+    model: std::sync::Arc<pacer_engine::LoadedModel>,
+    config: ServeConfig,
+) -> (String, pacer_engine::scheduler::SchedulerHandle) {
     let srv = server::build(model, &config).unwrap();
+    let scheduler = srv.scheduler.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(server::serve(listener, srv, config.drain_timeout, std::future::pending()));
@@ -46,7 +57,7 @@ pub async fn start_with(model: std::sync::Arc<pacer_engine::LoadedModel>, config
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     for _ in 0..200 {
         if client.get(format!("{url}/ready")).send().await.is_ok_and(|r| r.status() == 200) {
-            return url;
+            return (url, scheduler);
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
