@@ -7,6 +7,7 @@
 use crate::apply::{Outcome, apply};
 use crate::build::{self, Levers, MANAGED_BY, PodMonitor};
 use crate::error::Error;
+use crate::leader::Leadership;
 use crate::planner::{Quantile, Reason, SlaState};
 use crate::sla::{Evaluation, SlaLoop};
 use crate::status::{self, Observed};
@@ -48,6 +49,8 @@ pub struct Context {
     pub now: fn() -> Time,
     /// The SLA planner and its metrics; `None` without a metrics source (levers stay as set).
     pub sla: Option<Arc<SlaLoop>>,
+    /// The leader fence: every write checks it first.
+    pub leadership: Leadership,
     /// Consecutive failures per object, for the retry backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<InferenceService>, u32>>,
 }
@@ -125,6 +128,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     instance: String,
     sla: Option<SlaLoop>,
+    leadership: Leadership,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
     let pod_monitors = pod_monitor_served(&client).await;
@@ -153,6 +157,7 @@ pub async fn run(
                 pod_monitors,
                 now: || Time(Timestamp::now()),
                 sla: sla.clone(),
+                leadership: leadership.clone(),
                 failures: Default::default(),
             },
             shutdown.clone(),
@@ -457,6 +462,7 @@ where
 {
     let key = ObjectRef::<K>::new(&desired.name_any()).within(&isvc.namespace().unwrap_or_default());
     let live = store.get(&key);
+    fence(ctx)?;
     let (object, outcome) = apply(&api, desired, live.as_deref(), &ctx.metrics).await?;
     let kind = K::kind(&());
     let name = desired.name_any();
@@ -488,6 +494,7 @@ async fn write_status(
     ns: &str,
     next: &pacer_crds::InferenceServiceStatus,
 ) -> Result<(), Error> {
+    fence(ctx)?;
     let api: Api<InferenceService> = Api::namespaced(ctx.client.clone(), ns);
     let patch = serde_json::json!({
         "apiVersion": "serving.pacer.dev/v1alpha1",
@@ -513,12 +520,22 @@ async fn publish(
     action: &str,
     note: String,
 ) {
+    if fence(ctx).is_err() {
+        return;
+    }
     let event =
         Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
     if let Err(e) = ctx.recorder.publish(&event, &isvc.object_ref(&())).await {
         // Events are best effort: a failure must not fail the reconcile.
         tracing::warn!(error = %e, "publishing an Event failed");
     }
+}
+
+/// Refuses a write from a process that is not the leader now (its Lease may be another's).
+/// Checked before every write, so a leader whose renewals hang stops writing at its renew
+/// deadline, before a standby can take the Lease.
+fn fence(ctx: &Context) -> Result<(), Error> {
+    if ctx.leadership.is_leading() { Ok(()) } else { Err(Error::NotLeader) }
 }
 
 /// Transient errors back off exponentially per object, from 1 s up to 5 min; the metrics count

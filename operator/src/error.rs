@@ -41,6 +41,9 @@ pub enum Error {
     /// Leader election failed.
     #[error("leader election: {0}")]
     Lease(String),
+    /// This process no longer holds the leader Lease: its writes are fenced off.
+    #[error("not the leader: writes are fenced off")]
+    NotLeader,
 }
 
 impl Error {
@@ -54,6 +57,7 @@ impl Error {
             Error::Serialize(_) => "serialize",
             Error::NoNamespace => "no_namespace",
             Error::Lease(_) => "lease",
+            Error::NotLeader => "not_leader",
         }
     }
 }

@@ -4,12 +4,20 @@
 //! unchanged for a whole `lease_duration` by its *own* clock (no cross-node clock comparison);
 //! every write carries the `resourceVersion` it read, so two candidates cannot both win. A holder
 //! that fails to renew within `renew_deadline` gives up leadership and the process stops acting.
+//!
+//! A renewal that hangs (an apiserver that stalls, a network that drops packets) must not keep
+//! the old leader acting while a standby takes the Lease over: every renewal is bounded by what
+//! is left of the renew deadline, and the [`Leadership`] fence that every write checks expires
+//! by itself `renew_deadline` after the start of the last renewal that succeeded, whether or
+//! not the renewing task is still waiting. `renew_deadline < lease_duration`, so the fence is
+//! down before any standby, counting `lease_duration` from when it saw that renewal, can lead.
 
 use crate::error::Error;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -36,6 +44,51 @@ impl Default for Timing {
     }
 }
 
+/// Whether this process may act as the leader now: the fence every write of the controller
+/// checks. It holds a deadline, not a flag, so it falls by itself when renewals stop
+/// succeeding, even while a renewal request hangs.
+#[derive(Debug, Clone)]
+pub struct Leadership {
+    /// `None`: always leading (no election). `Some(None)`: not leading.
+    until: Option<Arc<Mutex<Option<Instant>>>>,
+}
+
+impl Leadership {
+    /// A process that runs without leader election: it always acts.
+    pub fn always() -> Leadership {
+        Leadership { until: None }
+    }
+
+    fn elected() -> Leadership {
+        Leadership { until: Some(Arc::new(Mutex::new(None))) }
+    }
+
+    /// Whether this process may write now.
+    pub fn is_leading(&self) -> bool {
+        match &self.until {
+            None => true,
+            Some(until) => until.lock().is_ok_and(|u| u.is_some_and(|t| Instant::now() < t)),
+        }
+    }
+
+    /// Leading until `deadline`, unless it was given up.
+    fn lead_until(&self, deadline: Instant) {
+        if let Some(until) = &self.until
+            && let Ok(mut u) = until.lock()
+        {
+            *u = Some(deadline);
+        }
+    }
+
+    fn give_up(&self) {
+        if let Some(until) = &self.until
+            && let Ok(mut u) = until.lock()
+        {
+            *u = None;
+        }
+    }
+}
+
 /// One candidate for the Lease `name`.
 pub struct Elector {
     api: Api<Lease>,
@@ -44,6 +97,8 @@ pub struct Elector {
     timing: Timing,
     /// The record last seen (resourceVersion) and when this candidate first saw it.
     observed: Option<(String, Instant)>,
+    /// The fence this candidate raises while it holds the Lease.
+    leadership: Leadership,
 }
 
 /// The result of one attempt.
@@ -61,7 +116,19 @@ impl Elector {
         identity: impl Into<String>,
         timing: Timing,
     ) -> Elector {
-        Elector { api, name: name.into(), identity: identity.into(), timing, observed: None }
+        Elector {
+            api,
+            name: name.into(),
+            identity: identity.into(),
+            timing,
+            observed: None,
+            leadership: Leadership::elected(),
+        }
+    }
+
+    /// The fence that is up while this candidate holds the Lease.
+    pub fn leadership(&self) -> Leadership {
+        self.leadership.clone()
     }
 
     /// This candidate's identity.
@@ -69,49 +136,70 @@ impl Elector {
         &self.identity
     }
 
-    /// Waits until this candidate holds the Lease.
+    /// Waits until this candidate holds the Lease. Each attempt is bounded by the renew
+    /// deadline, so a hung request is retried rather than waited on.
     pub async fn acquire(&mut self) -> Result<(), Error> {
         loop {
-            match self.try_acquire_or_renew().await {
-                Ok(Attempt::Leading) => return Ok(()),
-                Ok(Attempt::Following) => {}
-                Err(e) => tracing::warn!(error = %e, "leader election attempt failed; retrying"),
+            let started = Instant::now();
+            match tokio::time::timeout(self.timing.renew_deadline, self.try_acquire_or_renew()).await {
+                Ok(Ok(Attempt::Leading)) => {
+                    self.leadership.lead_until(started + self.timing.renew_deadline);
+                    return Ok(());
+                }
+                Ok(Ok(Attempt::Following)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "leader election attempt failed; retrying"),
+                Err(_) => tracing::warn!("leader election attempt timed out; retrying"),
             }
             tokio::time::sleep(self.timing.retry).await;
         }
     }
 
-    /// Renews the Lease until renewal fails for `renew_deadline` or `stop` fires; then sends
-    /// `false` on `leading`. On `stop` the Lease is released so a standby takes over at once.
+    /// Renews the Lease until renewal fails for `renew_deadline` or `stop` fires; then lowers
+    /// the fence and sends `false` on `leading`. On `stop` the Lease is released so a standby
+    /// takes over at once. A renewal gets only what is left of the deadline: one that hangs
+    /// is abandoned at the deadline, not awaited.
     pub async fn keep(mut self, leading: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
-        let mut last_renewed = Instant::now();
+        // The deadline by which a renewal must have succeeded; the fence falls at the same time.
+        let mut deadline = Instant::now() + self.timing.renew_deadline;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.timing.retry) => {}
                 _ = stop.changed() => {
+                    self.leadership.give_up();
                     self.release().await;
                     let _ = leading.send(false);
                     return;
                 }
             }
-            match self.try_acquire_or_renew().await {
-                Ok(Attempt::Leading) => last_renewed = Instant::now(),
-                Ok(Attempt::Following) => {
-                    tracing::error!(identity = %self.identity, "lost the leader Lease to another replica");
-                    let _ = leading.send(false);
-                    return;
+            let started = Instant::now();
+            let left = deadline.saturating_duration_since(started);
+            let attempt = tokio::time::timeout(left, self.try_acquire_or_renew()).await;
+            match attempt {
+                Ok(Ok(Attempt::Leading)) => {
+                    deadline = started + self.timing.renew_deadline;
+                    self.leadership.lead_until(deadline);
+                    continue;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "renewing the leader Lease failed");
-                    if last_renewed.elapsed() >= self.timing.renew_deadline {
-                        tracing::error!(
-                            "could not renew the leader Lease within the deadline; stepping down"
-                        );
-                        let _ = leading.send(false);
-                        return;
-                    }
+                Ok(Ok(Attempt::Following)) => {
+                    tracing::error!(identity = %self.identity, "lost the leader Lease to another replica");
+                }
+                Ok(Err(e)) if Instant::now() < deadline => {
+                    tracing::warn!(error = %e, "renewing the leader Lease failed; retrying");
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "could not renew the leader Lease within the deadline; stepping down");
+                }
+                Err(_) => {
+                    tracing::error!(
+                        deadline_s = self.timing.renew_deadline.as_secs_f64(),
+                        "renewing the leader Lease hung past the deadline; stepping down"
+                    );
                 }
             }
+            self.leadership.give_up();
+            let _ = leading.send(false);
+            return;
         }
     }
 
@@ -196,4 +284,23 @@ impl Elector {
 
 fn kube_err(e: kube::Error) -> Error {
     Error::Lease(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fence_falls_at_its_deadline_or_when_given_up() {
+        assert!(Leadership::always().is_leading());
+        let fence = Leadership::elected();
+        assert!(!fence.is_leading(), "a candidate that never led is fenced");
+        fence.lead_until(Instant::now() + Duration::from_secs(60));
+        assert!(fence.is_leading() && fence.clone().is_leading());
+        fence.give_up();
+        assert!(!fence.is_leading());
+        // A deadline in the past: fenced without anyone giving up (a renewal that hangs).
+        fence.lead_until(Instant::now() - Duration::from_millis(1));
+        assert!(!fence.is_leading());
+    }
 }

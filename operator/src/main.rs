@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use pacer_operator::controller::{self, Scope};
-use pacer_operator::leader::{Elector, Timing};
+use pacer_operator::leader::{Elector, Leadership, Timing};
 use pacer_operator::metrics_source::{MetricsSource, PrometheusArgs, PrometheusSource};
 use pacer_operator::observer::Observer;
 use pacer_operator::planner::{CapacityModel, EngineProfile};
@@ -292,7 +292,13 @@ async fn run(args: RunArgs) -> Result<()> {
     } = args;
     let sla = sla_loop(&prometheus, metrics_interval, profiles.as_deref())?;
     let metrics = Metrics::new();
-    let config = kube::Config::infer().await.context("reading the kubeconfig or in-cluster config")?;
+    let mut config = kube::Config::infer().await.context("reading the kubeconfig or in-cluster config")?;
+    // No request may hang forever: the apiserver answers a request within seconds, and a
+    // watch is a long poll the server ends itself (kube's watcher asks for at most 290 s).
+    config.connect_timeout = Some(std::time::Duration::from_secs(10));
+    config.write_timeout = Some(std::time::Duration::from_secs(30));
+    config.read_timeout = Some(std::time::Duration::from_secs(330));
+    config.reset_reader_on_write = true;
     // Every request is counted by method and resource: the scale benchmark's "API calls per
     // no-op reconcile" reads this, and so can anyone watching the operator in production.
     let counter = metrics.api_requests.clone();
@@ -319,6 +325,7 @@ async fn run(args: RunArgs) -> Result<()> {
     let identity = identity.unwrap_or_else(host_name);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (leading_tx, mut leading_rx) = watch::channel(true);
+    let mut leadership = Leadership::always();
     let keeper = if leader_elect {
         let timing = Timing {
             lease_duration: std::time::Duration::from_secs(lease_duration.max(2)),
@@ -339,6 +346,7 @@ async fn run(args: RunArgs) -> Result<()> {
             _ = shutdown_signal() => return Ok(()),
         }
         metrics.leader.set(1);
+        leadership = elector.leadership();
         Some(tokio::spawn(elector.keep(leading_tx, stop_rx)))
     } else {
         None
@@ -360,7 +368,8 @@ async fn run(args: RunArgs) -> Result<()> {
         };
         let _ = lost_tx.send(lost_leadership);
     };
-    controller::run(client, Scope { namespaces }, metrics.clone(), identity, sla, shutdown).await?;
+    controller::run(client, Scope { namespaces }, metrics.clone(), identity, sla, leadership, shutdown)
+        .await?;
     let lost_leadership = lost_rx.await.unwrap_or(false);
     let _ = stop_tx.send(true);
     if let Some(keeper) = keeper {

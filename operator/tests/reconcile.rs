@@ -1,6 +1,7 @@
 //! The operator binary against a real control plane with kwok nodes: children with owner
 //! references, status and Events, spec changes rolled out, drift reverted, garbage collection,
-//! a no-op restart, and leader election between two replicas.
+//! a no-op restart, and leader election between two replicas (and a leader whose apiserver
+//! stalls, fenced before a standby leads).
 
 mod common;
 
@@ -538,4 +539,79 @@ async fn a_list_of_namespaces_is_watched_and_nothing_else() {
     assert!(isvc.status.is_none(), "status written in an unwatched namespace: {:?}", isvc.status);
     let log = op.log_text();
     assert!(log.contains(&second) && !log.contains(&other), "the log names the watched namespaces only");
+}
+
+/// A leader whose Lease renewals hang (its apiserver connection stalls, nothing is closed)
+/// lowers its write fence and steps down by its renew deadline, before a standby — counting
+/// the lease duration from the last renewal it saw — takes the Lease: there is no moment
+/// with two leaders. Before renewals were bounded, the old leader's renewal waited forever
+/// and it kept acting.
+#[tokio::test]
+async fn a_leader_whose_renewals_hang_is_fenced_before_a_standby_leads() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use pacer_operator::leader::{Elector, Timing};
+    use std::time::{Duration, Instant};
+    let ns = TestNs::new("fence").await;
+    let cluster = common::cluster();
+    let mut config = cluster.admin_config().await;
+    let target = {
+        let url = &config.cluster_url;
+        let host = url.host().expect("apiserver host");
+        let port = url.port_u16().expect("apiserver port");
+        tokio::net::lookup_host((host, port)).await.expect("apiserver address").next().expect("an address")
+    };
+    let proxy = pacer_tests::StallProxy::start(target).await;
+    config.cluster_url = format!("https://{}", proxy.addr()).parse().expect("proxy url");
+    let via_proxy = kube::Client::try_from(config).expect("client through the proxy");
+
+    let timing = Timing {
+        lease_duration: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(4),
+        retry: Duration::from_millis(500),
+    };
+    let mut old = Elector::new(Api::<Lease>::namespaced(via_proxy, &ns.name), "fence", "old", timing);
+    old.acquire().await.expect("the first leader");
+    let fence = old.leadership();
+    let (leading_tx, leading) = tokio::sync::watch::channel(true);
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let keeper = tokio::spawn(old.keep(leading_tx, stop_rx));
+    // Renewals go through: the fence stays up past one renew deadline.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(fence.is_leading() && *leading.borrow(), "the leader lost its fence while renewals worked");
+
+    proxy.stall();
+    let stalled = Instant::now();
+    // Record when the old leader's fence falls.
+    let fell = tokio::spawn({
+        let fence = fence.clone();
+        async move {
+            while fence.is_leading() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Instant::now()
+        }
+    });
+    let mut standby =
+        Elector::new(Api::<Lease>::namespaced(ns.admin.clone(), &ns.name), "fence", "standby", timing);
+    tokio::time::timeout(Duration::from_secs(30), standby.acquire())
+        .await
+        .expect("the standby never took the Lease")
+        .expect("the standby's election");
+    let standby_leads = Instant::now();
+    assert!(!fence.is_leading(), "two leaders: the old one's fence was still up when the standby led");
+    assert!(!*leading.borrow(), "two leaders: the old one had not stepped down when the standby led");
+    let fell = fell.await.expect("fence watcher");
+    assert!(fell < standby_leads, "the fence fell after the standby led");
+    assert!(
+        fell - stalled <= timing.renew_deadline + Duration::from_secs(1),
+        "the fence fell {:?} after the stall, past the renew deadline",
+        fell - stalled
+    );
+    tokio::time::timeout(Duration::from_secs(2), keeper)
+        .await
+        .expect("the old keeper still runs")
+        .expect("keeper");
+    proxy.resume();
+    let lease = Api::<Lease>::namespaced(ns.admin.clone(), &ns.name).get("fence").await.expect("lease");
+    assert_eq!(lease.spec.and_then(|s| s.holder_identity).as_deref(), Some("standby"));
 }

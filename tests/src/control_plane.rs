@@ -310,6 +310,13 @@ impl Cluster {
         Client::try_from(config).map_err(|e| e.to_string())
     }
 
+    /// The admin's client configuration, for a test that changes it (a proxy in between, a
+    /// timeout).
+    pub async fn admin_config(&self) -> Config {
+        let kubeconfig = Kubeconfig::read_from(self.kubeconfig("admin-token")).expect("admin kubeconfig");
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("admin config")
+    }
+
     /// A client with the admin identity (create one per test: a client belongs to the tokio
     /// runtime it was made on).
     pub async fn admin(&self) -> Client {

@@ -12,6 +12,9 @@
 //! scrapes [`EngineProcess`]es or [`StaticMetrics`] through file service discovery, relabelled
 //! as a Kubernetes pod scrape would be.
 //!
+//! [`StallProxy`] sits between a client and the apiserver and can stall every byte, for the
+//! faults a hung apiserver causes.
+//!
 //! Two identities: an admin (`system:masters`) for setting up, and `pacer-operator`, which holds
 //! only what `config/rbac/clusterrole.yaml` grants, so the operator's RBAC is tested for real.
 #![forbid(unsafe_code)]
@@ -21,6 +24,7 @@ mod control_plane;
 mod kwok;
 mod process;
 mod prometheus;
+mod proxy;
 
 pub use agent::{AgentConfig, NodeAgent, POD_NETWORK_RELABELING, loopback_of};
 pub use control_plane::{Cluster, Workloads, bin_dir};
@@ -29,6 +33,7 @@ pub use prometheus::{
     EngineProcess, KUBERNETES_RELABELING, Prometheus, ScrapeTarget, Series, StaticMetrics, engine_bin,
     prometheus_bin_dir,
 };
+pub use proxy::StallProxy;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
