@@ -104,10 +104,18 @@ pub fn env_vars(generator: &mut SchemaGenerator) -> Schema {
     set_on_property(item_obj, "name", "maxLength", json!(256));
     add_rules(
         item_obj,
-        [rule(
-            "self.name.matches('^[ -<>-~]+$')",
-            "engine.env names must be printable ASCII characters other than '=', e.g. LOG_LEVEL",
-        )],
+        [
+            rule(
+                "self.name.matches('^[ -<>-~]+$')",
+                "engine.env names must be printable ASCII characters other than '=', e.g. LOG_LEVEL",
+            ),
+            // Pod validation refuses both; refused here, the spec never becomes a child the
+            // apiserver rejects.
+            rule(
+                "!has(self.valueFrom) || !has(self.value) || self.value == ''",
+                "engine.env entries set value or valueFrom, not both",
+            ),
+        ],
     );
     json_schema!({"type": "array", "items": item, "maxItems": MAX_LIST_ITEMS})
 }

@@ -174,6 +174,8 @@ pub struct UrlSource {
         .message("model.source.url.url must not contain whitespace (write a space as %20)"))]
     #[x_kube(validation = Rule::new("isURL(self) && url(self).getHostname() != ''")
         .message("model.source.url.url must be a URL with a host, e.g. https://models.example.com/smol.gguf"))]
+    #[x_kube(validation = Rule::new("!self.matches('^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@')")
+        .message("model.source.url.url must not carry credentials (user:password@): the URL is stored in clear in the pod spec; serve the file from a PVC or an image, or a URL that needs none"))]
     pub url: String,
     /// The file's SHA-256 as 64 lowercase hex digits; a download that does not match fails the pod.
     #[schemars(pattern(r"^[a-f0-9]{64}$"))]

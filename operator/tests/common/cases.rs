@@ -119,6 +119,16 @@ pub fn invalid_cases() -> Vec<InvalidCase> {
             "model.source.url.url must be an http:// or https:// URL",
         ),
         case(
+            "credentials in the model URL",
+            json!({"spec": {"model": {"source": {"url": {"url": "https://user:secret@models.example.com/m.gguf"}}}}}),
+            "model.source.url.url must not carry credentials",
+        ),
+        case(
+            "an env entry with value and valueFrom",
+            json!({"spec": {"engine": {"env": [{"name": "TOKEN", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}}}),
+            "engine.env entries set value or valueFrom, not both",
+        ),
+        case(
             "absolute path on a PVC",
             json!({"spec": {"model": {"source": {"url": null, "pvc": {"claimName": "models", "path": "/etc/passwd"}}}}}),
             "model.source.pvc.path must be relative to the volume",
