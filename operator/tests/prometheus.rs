@@ -239,10 +239,33 @@ async fn a_recorded_vllm_exposition_reads_as_computed_by_hand() {
         ScrapeTarget::new(&busy.address, "llm", "llama", "llama-0"),
         ScrapeTarget::new(&quiet.address, "llm", "llama", "llama-1"),
     ];
-    let prometheus = Prometheus::start(SCRAPE, &targets).await;
-    prometheus.wait_targets_up(2, 30).await;
-    until_prometheus_says(&prometheus, r#"count(vllm:num_requests_running{inferenceservice="llama"})"#, 2.0)
-        .await;
+    // A tenant's pod, scraped by a job that honours the labels it exposes, forges the
+    // service's queue and load under its name: the planner must not see them.
+    let forged = StaticMetrics::start(
+        "vllm:num_requests_waiting{namespace=\"llm\",inferenceservice=\"llama\"} 1000\n\
+         vllm:num_requests_running{namespace=\"llm\",inferenceservice=\"llama\"} 500\n\
+         vllm:kv_cache_usage_perc{namespace=\"llm\",inferenceservice=\"llama\"} 1\n",
+    )
+    .await;
+    let tenant_job = format!(
+        "  - job_name: tenant\n    honor_labels: true\n    static_configs:\n      - targets: [\"{}\"]\n",
+        forged.address
+    );
+    let prometheus = Prometheus::start_with_jobs(SCRAPE, &targets, &tenant_job).await;
+    prometheus.wait_targets_up(3, 30).await;
+    until_prometheus_says(
+        &prometheus,
+        r#"count(vllm:num_requests_running{job="pacer-engines",inferenceservice="llama"})"#,
+        2.0,
+    )
+    .await;
+    // The forgery is in Prometheus, under the victim's labels.
+    until_prometheus_says(
+        &prometheus,
+        r#"sum(vllm:num_requests_waiting{namespace="llm",inferenceservice="llama"})"#,
+        1000.0,
+    )
+    .await;
     busy.set(recorded);
     until_prometheus_says(&prometheus, r#"sum(vllm:request_success_total{pod="llama-0"})"#, 200.0).await;
     let at =
@@ -268,6 +291,7 @@ async fn a_recorded_vllm_exposition_reads_as_computed_by_hand() {
     close(m.request_rate.unwrap(), 200.0 / window, "request rate");
     close(m.prompt_token_rate.unwrap(), 102_400.0 / window, "prompt token rate");
     close(m.output_token_rate.unwrap(), 30_000.0 / window, "generation token rate");
+    // Summed over the two replicas, without the forged series of the tenant's job.
     assert_eq!((m.running, m.waiting), (Some(7.0), Some(2.0)), "summed over replicas");
     close(m.kv_usage.unwrap(), 0.21, "KV usage averaged over replicas");
     assert_eq!(m.reporting_replicas, Some(2.0));
@@ -278,7 +302,7 @@ async fn a_recorded_vllm_exposition_reads_as_computed_by_hand() {
     // A replica goes away (its pod deleted): the target file is rewritten, Prometheus marks
     // its series stale, and the service reports one replica.
     prometheus.set_targets(&targets[..1]);
-    prometheus.wait_targets_up(1, 30).await;
+    prometheus.wait_targets_up(2, 30).await;
     eventually(30, "one reporting replica", || async {
         let seen = src.observe(&requests[..1]).await;
         (seen.services[&requests[0].service].1.reporting_replicas == Some(1.0)).then_some(())

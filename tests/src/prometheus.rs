@@ -93,6 +93,16 @@ impl Prometheus {
     /// Starts Prometheus scraping `targets` every `scrape_interval` (whole seconds, ≥ 1 s) and
     /// waits until it is ready.
     pub async fn start(scrape_interval: Duration, targets: &[ScrapeTarget]) -> Prometheus {
+        Prometheus::start_with_jobs(scrape_interval, targets, "").await
+    }
+
+    /// As [`Prometheus::start`], with more scrape jobs after the engine job (`extra_jobs`:
+    /// YAML list items of `scrape_configs`, indented by two spaces).
+    pub async fn start_with_jobs(
+        scrape_interval: Duration,
+        targets: &[ScrapeTarget],
+        extra_jobs: &str,
+    ) -> Prometheus {
         let dir = tempfile::Builder::new().prefix("pacer-prometheus-").tempdir().expect("temp dir");
         let interval = format!("{}s", scrape_interval.as_secs().max(1));
         let targets_file = dir.path().join("targets.json");
@@ -107,7 +117,7 @@ scrape_configs:
     file_sd_configs:
       - files: ["{}"]
         refresh_interval: 1s
-{KUBERNETES_RELABELING}"#,
+{KUBERNETES_RELABELING}{extra_jobs}"#,
             targets_file.display()
         );
         std::fs::write(dir.path().join("prometheus.yml"), config).expect("prometheus.yml");

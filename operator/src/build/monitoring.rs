@@ -80,7 +80,7 @@ pub struct PodMetricsEndpoint {
     pub relabelings: Vec<RelabelConfig>,
 }
 
-/// One Prometheus relabeling: copy `sourceLabels` into `targetLabel`.
+/// One Prometheus relabeling: copy `sourceLabels` (or write `replacement`) into `targetLabel`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RelabelConfig {
@@ -90,6 +90,9 @@ pub struct RelabelConfig {
     /// The label written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_label: Option<String>,
+    /// The value written (without source labels: a constant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<String>,
 }
 
 /// A PodMonitor scraping the engines' `/metrics`, relabelling the pod label
@@ -100,6 +103,14 @@ pub fn pod_monitor(isvc: &InferenceService) -> PodMonitor {
     let relabel = |source: &str, target: &str| RelabelConfig {
         source_labels: vec![source.to_string()],
         target_label: Some(target.to_string()),
+        replacement: None,
+    };
+    // The job the planner's queries match (`ENGINE_JOB`), in place of the operator's default
+    // `<namespace>/<name>`.
+    let job = RelabelConfig {
+        source_labels: Vec::new(),
+        target_label: Some("job".into()),
+        replacement: Some(crate::metrics_source::queries::ENGINE_JOB.into()),
     };
     let mut pm = PodMonitor::new(
         &isvc.name_any(),
@@ -113,6 +124,7 @@ pub fn pod_monitor(isvc: &InferenceService) -> PodMonitor {
                     relabel(&label_meta, "inferenceservice"),
                     relabel("__meta_kubernetes_namespace", "namespace"),
                     relabel("__meta_kubernetes_pod_name", "pod"),
+                    job,
                 ],
             }],
         },
@@ -145,6 +157,8 @@ mod tests {
             "__meta_kubernetes_pod_label_serving_pacer_dev_inferenceservice"
         );
         assert_eq!(relabel["targetLabel"], "inferenceservice");
+        let job = &pm["spec"]["podMetricsEndpoints"][0]["relabelings"][3];
+        assert_eq!((&job["targetLabel"], &job["replacement"]), (&"job".into(), &"pacer-engines".into()));
         assert_eq!(
             (pm["apiVersion"].as_str(), pm["kind"].as_str()),
             (Some("monitoring.coreos.com/v1"), Some("PodMonitor"))

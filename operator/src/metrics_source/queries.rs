@@ -13,6 +13,17 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The labels every query groups by (set by the scrape config's relabelling, `METRICS.md`).
 pub const GROUP_LABELS: &str = "namespace, inferenceservice";
 
+/// The scrape job whose series the planner reads: `config/prometheus/prometheus.yaml`'s engine
+/// job, and the job label the PodMonitors the operator writes set. Any other job's series are
+/// ignored, so a pod scraped by another job (one that honours the labels it exposes) cannot
+/// publish `vllm:*` series under another service's name and steer its scaling.
+pub const ENGINE_JOB: &str = "pacer-engines";
+
+/// `metric` restricted to the engine job.
+fn engine(metric: &str) -> String {
+    format!("{metric}{{job=\"{ENGINE_JOB}\"}}")
+}
+
 /// vLLM's TTFT histogram (the engine exports the same name).
 pub const TTFT: &str = "vllm:time_to_first_token_seconds";
 /// vLLM's inter-token latency histogram.
@@ -125,39 +136,50 @@ pub fn promql(measure: Measure) -> String {
     let g = GROUP_LABELS;
     match measure {
         Measure::Quantile { latency, quantile_ppm, window_ms } => format!(
-            "histogram_quantile({}, sum by ({g}, le) (rate({}_bucket[{}])))",
+            "histogram_quantile({}, sum by ({g}, le) (rate({}[{}])))",
             quantile_text(quantile_ppm),
-            latency.metric(),
+            engine(&format!("{}_bucket", latency.metric())),
             duration(window_ms)
         ),
-        Measure::Samples { latency, window_ms } => {
-            format!("sum by ({g}) (increase({}_count[{}]))", latency.metric(), duration(window_ms))
-        }
+        Measure::Samples { latency, window_ms } => format!(
+            "sum by ({g}) (increase({}[{}]))",
+            engine(&format!("{}_count", latency.metric())),
+            duration(window_ms)
+        ),
         Measure::RequestRate { window_ms } => {
-            format!("sum by ({g}) (rate(vllm:request_success_total[{}]))", duration(window_ms))
+            format!("sum by ({g}) (rate({}[{}]))", engine("vllm:request_success_total"), duration(window_ms))
         }
         Measure::PromptTokensQuantile { quantile_ppm, window_ms } => format!(
-            "histogram_quantile({}, sum by ({g}, le) (rate(vllm:request_prompt_tokens_bucket[{}])))",
+            "histogram_quantile({}, sum by ({g}, le) (rate({}[{}])))",
             quantile_text(quantile_ppm),
+            engine("vllm:request_prompt_tokens_bucket"),
             duration(window_ms)
         ),
         Measure::PromptTokenRate { window_ms } => {
-            format!("sum by ({g}) (rate(vllm:prompt_tokens_total[{}]))", duration(window_ms))
+            format!("sum by ({g}) (rate({}[{}]))", engine("vllm:prompt_tokens_total"), duration(window_ms))
         }
         Measure::OutputTokenRate { window_ms } => {
-            format!("sum by ({g}) (rate(vllm:generation_tokens_total[{}]))", duration(window_ms))
+            format!(
+                "sum by ({g}) (rate({}[{}]))",
+                engine("vllm:generation_tokens_total"),
+                duration(window_ms)
+            )
         }
-        Measure::Running => format!("sum by ({g}) (vllm:num_requests_running)"),
-        Measure::Waiting => format!("sum by ({g}) (vllm:num_requests_waiting)"),
-        Measure::QueuedPromptTokens => format!("sum by ({g}) (pacer_engine_queued_prompt_tokens)"),
-        Measure::KvUsage => format!("avg by ({g}) (vllm:kv_cache_usage_perc)"),
+        Measure::Running => format!("sum by ({g}) ({})", engine("vllm:num_requests_running")),
+        Measure::Waiting => format!("sum by ({g}) ({})", engine("vllm:num_requests_waiting")),
+        Measure::QueuedPromptTokens => {
+            format!("sum by ({g}) ({})", engine("pacer_engine_queued_prompt_tokens"))
+        }
+        Measure::KvUsage => format!("avg by ({g}) ({})", engine("vllm:kv_cache_usage_perc")),
         // One series per scrape target (vLLM adds an `engine` label per engine core; a pod is
         // one target), counted per service. A target that stops answering gets staleness
         // markers, so it drops out here at the next scrape.
         Measure::Replicas => {
-            format!("count by ({g}) (max by ({g}, instance) (vllm:num_requests_running))")
+            format!("count by ({g}) (max by ({g}, instance) ({}))", engine("vllm:num_requests_running"))
         }
-        Measure::NewestSample => format!("max by ({g}) (timestamp(vllm:num_requests_running))"),
+        Measure::NewestSample => {
+            format!("max by ({g}) (timestamp({}))", engine("vllm:num_requests_running"))
+        }
     }
 }
 
@@ -309,15 +331,20 @@ mod tests {
         let text: Vec<&str> = queries.iter().map(|q| q.promql.as_str()).collect();
         assert!(text.contains(
             &"histogram_quantile(0.95, sum by (namespace, inferenceservice, le) \
-              (rate(vllm:time_to_first_token_seconds_bucket[300s])))"
+              (rate(vllm:time_to_first_token_seconds_bucket{job=\"pacer-engines\"}[300s])))"
         ));
         assert!(text.contains(
-            &"sum by (namespace, inferenceservice) (increase(vllm:inter_token_latency_seconds_count[300s]))"
+            &"sum by (namespace, inferenceservice) \
+              (increase(vllm:inter_token_latency_seconds_count{job=\"pacer-engines\"}[300s]))"
         ));
-        assert!(
-            text.contains(&"sum by (namespace, inferenceservice) (rate(vllm:request_success_total[60s]))")
-        );
-        assert!(text.contains(&"avg by (namespace, inferenceservice) (vllm:kv_cache_usage_perc)"));
+        assert!(text.contains(
+            &"sum by (namespace, inferenceservice) (rate(vllm:request_success_total{job=\"pacer-engines\"}[60s]))"
+        ));
+        assert!(text.contains(
+            &"avg by (namespace, inferenceservice) (vllm:kv_cache_usage_perc{job=\"pacer-engines\"})"
+        ));
+        // Every series read is the engine job's: another job's cannot speak for a service.
+        assert!(text.iter().all(|q| q.contains("{job=\"pacer-engines\"}")), "{text:?}");
         assert!(text.iter().all(|q| q.contains("by (namespace, inferenceservice")));
     }
 
