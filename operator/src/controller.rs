@@ -144,8 +144,9 @@ pub async fn run(
     let mut isvc_stores = Vec::new();
     let mut child_stores = Vec::new();
     let mut controllers = Vec::new();
+    let mut contexts = Vec::new();
     for namespace in namespaces {
-        let (stores, isvcs, controller) = controller_in(
+        let (stores, isvcs, controller, context) = controller_in(
             &client,
             namespace,
             pod_monitors,
@@ -165,7 +166,19 @@ pub async fn run(
         isvc_stores.push(isvcs);
         child_stores.push(stores);
         controllers.push(controller);
+        contexts.push(context);
     }
+    let sweeper = {
+        let (stores, sla, metrics) = (isvc_stores.clone(), sla.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SWEEP_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                sweep(&stores, &contexts, sla.as_deref(), &metrics);
+            }
+        })
+    };
     // One observer task reads the metrics of every InferenceService the controllers know.
     let observer_task = sla.as_ref().map(|sla| {
         tracing::info!(source = %sla.observer.describe(), profiled_tiers = !sla.model.is_empty(), "SLA planner on");
@@ -178,6 +191,7 @@ pub async fn run(
         readiness_metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     futures::future::join_all(controllers).await;
+    sweeper.abort();
     if let Some(task) = observer_task {
         task.abort();
     }
@@ -192,7 +206,7 @@ fn controller_in(
     pod_monitors: bool,
     ctx: impl FnOnce(Stores) -> Context,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> (Stores, Store<InferenceService>, futures::future::BoxFuture<'static, ()>) {
+) -> (Stores, Store<InferenceService>, futures::future::BoxFuture<'static, ()>, Arc<Context>) {
     let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGED_BY}"));
     let (deployments, deployment_events) = cached::<Deployment>(api_in(client, namespace), owned.clone());
     let (services, service_events) = cached::<Service>(api_in(client, namespace), owned.clone());
@@ -224,12 +238,13 @@ fn controller_in(
     }
     .graceful_shutdown_on(shutdown);
     let isvc_store = controller.store();
-    let run = controller.run(reconcile, error_policy, Arc::new(ctx)).for_each(|result| async move {
+    let ctx = Arc::new(ctx);
+    let run = controller.run(reconcile, error_policy, ctx.clone()).for_each(|result| async move {
         if let Err(e) = result {
             tracing::debug!(error = %e, "reconcile finished with an error");
         }
     });
-    (stores, isvc_store, Box::pin(run))
+    (stores, isvc_store, Box::pin(run), ctx)
 }
 
 /// A reflector for `K` (filling a store) and its stream of changed objects for `owns_stream`.
@@ -388,13 +403,49 @@ async fn record_decision(ctx: &Context, isvc: &InferenceService, e: &Evaluation)
 }
 
 fn forget_gauges(ctx: &Context, isvc: &InferenceService) {
-    let (ns, name) = (isvc.namespace().unwrap_or_default(), isvc.name_any());
-    let _ = ctx.metrics.sla_met.remove_label_values(&[&ns, &name]);
-    let _ = ctx.metrics.scaling_limited.remove_label_values(&[&ns, &name]);
-    let _ = ctx.metrics.below_preferred_tier.remove_label_values(&[&ns, &name]);
+    forget_gauges_of(&ctx.metrics, &isvc.namespace().unwrap_or_default(), &isvc.name_any());
+}
+
+fn forget_gauges_of(metrics: &Metrics, ns: &str, name: &str) {
+    let _ = metrics.sla_met.remove_label_values(&[ns, name]);
+    let _ = metrics.scaling_limited.remove_label_values(&[ns, name]);
+    let _ = metrics.below_preferred_tier.remove_label_values(&[ns, name]);
     for dimension in ["ttft", "itl", "e2e"] {
-        let _ = ctx.metrics.observed.remove_label_values(&[&ns, &name, dimension]);
-        let _ = ctx.metrics.sla_target.remove_label_values(&[&ns, &name, dimension]);
+        let _ = metrics.observed.remove_label_values(&[ns, name, dimension]);
+        let _ = metrics.sla_target.remove_label_values(&[ns, name, dimension]);
+    }
+}
+
+/// How often state of deleted InferenceServices is swept (see [`sweep`]).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Forgets every InferenceService that is gone from the watch caches — or came back under the
+/// same name with another uid: the planner's state, the per-service gauges and the retry
+/// counts. A deletion in the background (the default propagation) removes the object without
+/// a last reconcile that could do it, so this sweep is what keeps a long-running operator's
+/// memory and `/metrics` bounded by the services that exist.
+fn sweep(
+    stores: &[Store<InferenceService>],
+    contexts: &[Arc<Context>],
+    sla: Option<&SlaLoop>,
+    metrics: &Metrics,
+) {
+    let alive: std::collections::HashMap<ObjectRef<InferenceService>, Option<String>> = stores
+        .iter()
+        .flat_map(Store::state)
+        .map(|isvc| (ObjectRef::from_obj(&*isvc), isvc.metadata.uid.clone()))
+        .collect();
+    if let Some(sla) = sla {
+        for gone in sla.retain(&alive) {
+            let ns = gone.namespace.clone().unwrap_or_default();
+            tracing::info!(namespace = %ns, name = %gone.name, "forgetting a deleted InferenceService");
+            forget_gauges_of(metrics, &ns, &gone.name);
+        }
+    }
+    for ctx in contexts {
+        if let Ok(mut failures) = ctx.failures.lock() {
+            failures.retain(|key, _| alive.contains_key(key));
+        }
     }
 }
 

@@ -27,6 +27,9 @@ pub struct SlaLoop {
 }
 
 struct State {
+    /// The uid of the object this state belongs to: a re-created service of the same name
+    /// starts afresh instead of inheriting the deleted one's history.
+    uid: Option<String>,
     history: History,
     outcome: PlannerOutcome,
     at: f64,
@@ -72,6 +75,10 @@ impl SlaLoop {
         let spec = PlannerSpec::from_spec(&isvc.spec);
         let t = seconds(now);
         let mut states = self.states.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let uid = isvc.metadata.uid.clone();
+        if states.get(&key).is_some_and(|s| s.uid != uid) {
+            states.remove(&key);
+        }
         let generation = isvc.metadata.generation;
         let service = ServiceKey::new(isvc.namespace().unwrap_or_default(), isvc.name_any());
         let (at, freshness, metrics) = self.observer.metrics_of(&service, t);
@@ -109,6 +116,7 @@ impl SlaLoop {
         states.insert(
             key,
             State {
+                uid,
                 history: outcome.decision.history.clone(),
                 outcome: outcome.clone(),
                 at: t,
@@ -130,6 +138,30 @@ impl SlaLoop {
             states.remove(&ObjectRef::from_obj(isvc));
         }
     }
+
+    /// Forgets every service that is not in `alive` (by reference and uid) and returns them:
+    /// with background deletion (the default) an object vanishes without a last reconcile,
+    /// so the controller sweeps its state against the watch caches instead.
+    pub fn retain(
+        &self,
+        alive: &HashMap<ObjectRef<InferenceService>, Option<String>>,
+    ) -> Vec<ObjectRef<InferenceService>> {
+        let Ok(mut states) = self.states.lock() else { return Vec::new() };
+        let gone: Vec<_> = states
+            .iter()
+            .filter(|(key, state)| alive.get(key).is_none_or(|uid| *uid != state.uid))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &gone {
+            states.remove(key);
+        }
+        gone
+    }
+
+    /// How many services the loop holds state for.
+    pub fn tracked(&self) -> usize {
+        self.states.lock().map_or(0, |s| s.len())
+    }
 }
 
 /// Ready replicas on the current template, and the replicas that exist, from the Deployment.
@@ -137,4 +169,65 @@ fn replica_counts(deployment: Option<&Deployment>, desired: i32) -> (i32, i32) {
     let Some(status) = deployment.and_then(|d| d.status.as_ref()) else { return (0, desired) };
     let ready = status.ready_replicas.unwrap_or(0).min(status.updated_replicas.unwrap_or(0));
     (ready, status.replicas.unwrap_or(desired).max(desired))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::fixtures;
+    use crate::metrics_source::{MetricsSource, Observations, WindowRequest};
+    use futures::future::BoxFuture;
+    use k8s_openapi::jiff::Timestamp;
+
+    /// A source that never has series: the state bookkeeping is all these tests look at.
+    struct Nothing;
+    impl MetricsSource for Nothing {
+        fn observe<'a>(&'a self, _: &'a [WindowRequest]) -> BoxFuture<'a, Observations> {
+            Box::pin(async { Observations { at: 0.0, services: Default::default(), error: None } })
+        }
+        fn describe(&self) -> String {
+            "nothing".into()
+        }
+    }
+
+    fn sla_loop() -> SlaLoop {
+        SlaLoop::new(
+            Observer::new(Arc::new(Nothing), std::time::Duration::from_secs(5)),
+            CapacityModel::default(),
+        )
+    }
+
+    #[test]
+    fn deleted_and_recreated_services_do_not_keep_or_inherit_state() {
+        let sla = sla_loop();
+        let now = Time(Timestamp::now());
+        let old = fixtures::isvc();
+        let mut other = fixtures::isvc();
+        other.metadata.name = Some("other".into());
+        other.metadata.uid = Some("uid-other".into());
+        for isvc in [&old, &other] {
+            let e = sla.evaluate(isvc, Levers::current(isvc), None, &now);
+            assert!(e.decided_now);
+        }
+        assert_eq!(sla.tracked(), 2);
+
+        // The same name with another uid (deleted and re-created) starts afresh: no previous
+        // recommendation, and a decision at once instead of the old one's interval.
+        let mut recreated = fixtures::isvc();
+        recreated.metadata.uid = Some("uid-recreated".into());
+        let e = sla.evaluate(&recreated, Levers::current(&recreated), None, &now);
+        assert!(e.decided_now && e.previous_recommendation.is_none());
+        // The old object's own evaluation within the interval would have reused its state.
+        let again = sla.evaluate(&recreated, Levers::current(&recreated), None, &now);
+        assert!(!again.decided_now);
+
+        // A sweep against the watch cache drops what is gone (`other`, deleted in the
+        // background) and what is there under another uid.
+        let alive: HashMap<_, _> = [(ObjectRef::from_obj(&old), old.metadata.uid.clone())].into();
+        let mut gone = sla.retain(&alive);
+        gone.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(gone.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["other", "smol"]);
+        assert_eq!(sla.tracked(), 0);
+        assert!(sla.retain(&HashMap::new()).is_empty());
+    }
 }
