@@ -5,6 +5,11 @@
 //!
 //! A draining replica is taken out of the choice at once; its outstanding count tells the
 //! supervisor when it may be stopped.
+//!
+//! A replica that fails a request midway never leaves the client hanging or guessing: one
+//! that does not answer within [`Timeouts::answer`] gets a 504, a stream that goes silent for
+//! [`Timeouts::idle`] or breaks (the replica died) ends with an OpenAI error event and
+//! `data: [DONE]`, as the engine itself ends a stream it cuts.
 
 use axum::Router;
 use axum::body::Body;
@@ -16,6 +21,7 @@ use futures::StreamExt;
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// One replica as the router sees it.
 #[derive(Debug)]
@@ -136,7 +142,7 @@ impl RouterMetrics {
         let unavailable = IntCounterVec::new(
             Opts::new(
                 "pacer_router_errors_total",
-                "Requests the router answered itself: no_ready_replica (503) or upstream (502).",
+                "Requests the router answered or cut itself: no_ready_replica (503), upstream (502), timeout (504, or a stream gone silent), stream_broken.",
             ),
             &["reason"],
         )
@@ -155,6 +161,21 @@ impl RouterMetrics {
     }
 }
 
+/// How long the router waits on a replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// For the response's headers (a non-streamed answer sends them when generation ends).
+    pub answer: Duration,
+    /// For the next chunk of a response body once it started.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { answer: Duration::from_secs(300), idle: Duration::from_secs(60) }
+    }
+}
+
 /// What the router's handlers share.
 #[derive(Clone)]
 pub struct RouterState {
@@ -162,17 +183,23 @@ pub struct RouterState {
     pub pool: Arc<Pool>,
     client: reqwest::Client,
     metrics: RouterMetrics,
+    timeouts: Timeouts,
 }
 
 impl RouterState {
     /// A router over `pool`.
     pub fn new(pool: Arc<Pool>) -> RouterState {
+        RouterState::with_timeouts(pool, Timeouts::default())
+    }
+
+    /// A router over `pool` that gives up on a silent replica after `timeouts`.
+    pub fn with_timeouts(pool: Arc<Pool>, timeouts: Timeouts) -> RouterState {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .pool_max_idle_per_host(256)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
-        RouterState { pool, client, metrics: RouterMetrics::new() }
+        RouterState { pool, client, metrics: RouterMetrics::new(), timeouts }
     }
 }
 
@@ -248,7 +275,18 @@ async fn pass_through(State(state): State<RouterState>, request: Request) -> Res
         for (name, value) in end_to_end(&parts.headers) {
             upstream = upstream.header(name, value);
         }
-        match upstream.body(body.clone()).send().await {
+        let sent = tokio::time::timeout(state.timeouts.answer, upstream.body(body.clone()).send()).await;
+        let Ok(sent) = sent else {
+            gauge.dec();
+            tracing::warn!(replica = %replica, timeout_s = state.timeouts.answer.as_secs_f64(), "a replica did not answer in time");
+            state.metrics.unavailable.with_label_values(&["timeout"]).inc();
+            return openai_error(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                &format!("replica {replica} did not answer within {} s", state.timeouts.answer.as_secs_f64()),
+            );
+        };
+        match sent {
             Ok(answer) => break (lease, gauge, answer),
             Err(e) => {
                 gauge.dec();
@@ -274,16 +312,69 @@ async fn pass_through(State(state): State<RouterState>, request: Request) -> Res
     for (name, value) in end_to_end(answer.headers()) {
         response = response.header(name, value);
     }
+    let sse = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
     // The lease and the gauge live as long as the body stream: the replica counts as busy
     // until the last SSE chunk has gone out.
     let guard = (lease, GaugeGuard(gauge));
-    let stream = answer.bytes_stream().map(move |chunk| {
-        let _held = &guard;
-        chunk
-    });
+    let chunks = answer.bytes_stream().map(|c| c.map_err(|e| e.to_string()));
+    let stream = guarded(chunks, state.timeouts.idle, sse, replica, state.metrics.unavailable.clone()).map(
+        move |chunk| {
+            let _held = &guard;
+            chunk
+        },
+    );
     response
         .body(Body::from_stream(stream))
         .unwrap_or_else(|e| openai_error(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", &e.to_string()))
+}
+
+/// `chunks` of a replica's response, cut when the replica goes silent for `idle` or its stream
+/// breaks: an SSE stream then ends with an OpenAI error event and `data: [DONE]` (so a client
+/// knows it was cut, not finished); another body ends with the error, which the client sees
+/// as a broken response rather than a short one.
+fn guarded<S>(
+    chunks: S,
+    idle: Duration,
+    sse: bool,
+    replica: String,
+    errors: IntCounterVec,
+) -> impl futures::Stream<Item = Result<axum::body::Bytes, std::io::Error>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<axum::body::Bytes, String>> + Send + 'static,
+{
+    let chunks = Box::pin(chunks);
+    futures::stream::unfold(Some(chunks), move |state| {
+        let (replica, errors) = (replica.clone(), errors.clone());
+        async move {
+            let mut chunks = state?;
+            let failure = match tokio::time::timeout(idle, chunks.next()).await {
+                Ok(Some(Ok(bytes))) => return Some((Ok(bytes), Some(chunks))),
+                Ok(None) => return None,
+                Ok(Some(Err(e))) => {
+                    errors.with_label_values(&["stream_broken"]).inc();
+                    format!("replica {replica} failed while streaming: {e}")
+                }
+                Err(_) => {
+                    errors.with_label_values(&["timeout"]).inc();
+                    format!("replica {replica} sent nothing for {} s", idle.as_secs_f64())
+                }
+            };
+            tracing::warn!(%replica, error = %failure, "cutting a response");
+            if sse {
+                let event = serde_json::json!({
+                    "error": {"message": failure, "type": "upstream_error", "param": null, "code": "upstream_failed"}
+                });
+                let tail = format!("data: {event}\n\ndata: [DONE]\n\n");
+                Some((Ok(axum::body::Bytes::from(tail)), None))
+            } else {
+                Some((Err(std::io::Error::other(failure)), None))
+            }
+        }
+    })
 }
 
 /// Lowers a gauge when dropped.
@@ -307,6 +398,88 @@ mod tests {
             pool.add(b.clone());
         }
         (pool, backends)
+    }
+
+    /// A replica on a raw socket that answers every request with `head`, then `body`, then
+    /// closes the connection or (with `hang`) keeps it open, silent.
+    async fn replica(head: &'static str, body: &'static str, hang: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let _ = s.write_all(body.as_bytes()).await;
+                    if hang {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// The router over one replica at `url`, on a free port; returns its base URL.
+    async fn routed(url: String, timeouts: Timeouts) -> String {
+        let pool = Arc::new(Pool::default());
+        pool.add(Backend::new(0, url));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            axum::serve(listener, router(RouterState::with_timeouts(pool, timeouts))).await
+        });
+        base
+    }
+
+    const SSE_HEAD: &str =
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+    const FIRST_EVENT: &str = "1a\r\ndata: {\"choices\": \"a\"}\n\n\r\n";
+
+    async fn body_of(base: &str) -> (u16, String) {
+        let r = reqwest::Client::new()
+            .post(format!("{base}/v1/completions"))
+            .body("{}")
+            .send()
+            .await
+            .expect("the router answers");
+        let status = r.status().as_u16();
+        (status, r.text().await.unwrap_or_else(|e| format!("<broken: {e}>")))
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_dies_mid_stream_ends_it_with_an_error_event_and_done() {
+        // One event, then the socket closes before the chunked body's end.
+        let base = routed(replica(SSE_HEAD, FIRST_EVENT, false).await, Timeouts::default()).await;
+        let (status, text) = body_of(&base).await;
+        assert_eq!(status, 200);
+        assert!(text.starts_with("data: {\"choices\": \"a\"}\n\n"), "{text}");
+        assert!(
+            text.contains("\"code\":\"upstream_failed\"") && text.contains("failed while streaming"),
+            "{text}"
+        );
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_replica_times_out_before_and_during_its_answer() {
+        let short = Timeouts { answer: Duration::from_millis(500), idle: Duration::from_millis(500) };
+        // No answer at all: a 504 in OpenAI's shape.
+        let base = routed(replica("", "", true).await, short).await;
+        let started = std::time::Instant::now();
+        let (status, text) = body_of(&base).await;
+        assert_eq!(status, 504, "{text}");
+        assert!(text.contains("did not answer within 0.5 s"), "{text}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A stream that starts and goes silent: cut after the idle timeout, with the end marker.
+        let base = routed(replica(SSE_HEAD, FIRST_EVENT, true).await, short).await;
+        let started = std::time::Instant::now();
+        let (status, text) = body_of(&base).await;
+        assert_eq!(status, 200);
+        assert!(text.contains("sent nothing for 0.5 s") && text.ends_with("data: [DONE]\n\n"), "{text}");
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
