@@ -27,6 +27,10 @@ pub struct PrometheusArgs {
     /// token). Re-read on every evaluation, so a rotated token is picked up.
     #[arg(long, env = "PACER_PROMETHEUS_TOKEN_FILE")]
     pub prometheus_token_file: Option<PathBuf>,
+    /// Send the bearer token even to an `http://` URL, where anyone on the path can read and
+    /// replay it. Without this flag a token with a plain-HTTP URL is refused at start.
+    #[arg(long, env = "PACER_PROMETHEUS_ALLOW_INSECURE_TOKEN")]
+    pub prometheus_allow_insecure_token: bool,
     /// PEM file with the CA certificates that sign Prometheus' serving certificate; when given,
     /// only these are trusted [default: the system's trust store].
     #[arg(long, env = "PACER_PROMETHEUS_CA_FILE")]
@@ -59,6 +63,8 @@ pub struct PrometheusConfig {
     pub timeout: Duration,
     /// Age of the newest sample beyond which a service is stale.
     pub staleness: Duration,
+    /// Whether a token may go over plain HTTP (see `--prometheus-allow-insecure-token`).
+    pub allow_insecure_token: bool,
 }
 
 impl PrometheusConfig {
@@ -70,6 +76,7 @@ impl PrometheusConfig {
             ca_file: None,
             timeout: Duration::from_secs(10),
             staleness: Duration::from_secs(60),
+            allow_insecure_token: false,
         }
     }
 }
@@ -90,6 +97,14 @@ impl PrometheusSource {
     /// A source for `config`; fails on a malformed URL or an unreadable CA file. Nothing is
     /// sent until the first tick.
     pub fn new(config: PrometheusConfig) -> Result<PrometheusSource, MetricsError> {
+        let plain_http = config.url.trim_start().to_ascii_lowercase().starts_with("http://");
+        if config.token_file.is_some() && plain_http && !config.allow_insecure_token {
+            return Err(MetricsError::Config(format!(
+                "refusing to send the bearer token to {} over plain HTTP, where it can be read and replayed: \
+                 use an https:// URL, or pass --prometheus-allow-insecure-token if the path is trusted",
+                config.url
+            )));
+        }
         let mut builder = reqwest::Client::builder().timeout(config.timeout);
         if let Some(ca) = &config.ca_file {
             let pem = std::fs::read(ca)
@@ -112,6 +127,7 @@ impl PrometheusSource {
         let PrometheusArgs {
             prometheus_url,
             prometheus_token_file,
+            prometheus_allow_insecure_token,
             prometheus_ca_file,
             prometheus_timeout,
             metrics_staleness,
@@ -123,6 +139,7 @@ impl PrometheusSource {
             ca_file: prometheus_ca_file.clone(),
             timeout: *prometheus_timeout,
             staleness: *metrics_staleness,
+            allow_insecure_token: *prometheus_allow_insecure_token,
         })
         .map(Some)
     }
@@ -296,10 +313,31 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn a_token_is_never_sent_over_plain_http_unless_allowed() {
+        let mut config = PrometheusConfig::new("http://prometheus.monitoring:9090");
+        config.token_file = Some(PathBuf::from("/var/run/secrets/pacer/prometheus/token"));
+        let refused = PrometheusSource::new(config.clone()).expect_err("a token over http");
+        assert!(refused.to_string().contains("over plain HTTP"), "{refused}");
+        assert!(refused.to_string().contains("--prometheus-allow-insecure-token"), "{refused}");
+        let mut upper = config.clone();
+        upper.url = "HTTP://prometheus.monitoring:9090".into();
+        assert!(PrometheusSource::new(upper).is_err(), "the scheme is case-insensitive");
+        let mut allowed = config.clone();
+        allowed.allow_insecure_token = true;
+        assert!(PrometheusSource::new(allowed).is_ok());
+        let mut tls = config.clone();
+        tls.url = "https://prometheus.monitoring:9090".into();
+        assert!(PrometheusSource::new(tls).is_ok());
+        // Without a token, plain HTTP sends nothing secret.
+        assert!(PrometheusSource::new(PrometheusConfig::new("http://prometheus:9090")).is_ok());
+    }
+
     #[tokio::test]
     async fn an_unreadable_token_file_is_a_token_error() {
         let mut config = PrometheusConfig::new("http://127.0.0.1:9");
         config.token_file = Some(PathBuf::from("/nonexistent/token"));
+        config.allow_insecure_token = true;
         let source = PrometheusSource::new(config).expect("source");
         let requests = [WindowRequest {
             service: ServiceKey::new("ns", "a"),

@@ -16,7 +16,8 @@ pub const GROUP_LABELS: &str = "namespace, inferenceservice";
 /// The scrape job whose series the planner reads: `config/prometheus/prometheus.yaml`'s engine
 /// job, and the job label the PodMonitors the operator writes set. Any other job's series are
 /// ignored, so a pod scraped by another job (one that honours the labels it exposes) cannot
-/// publish `vllm:*` series under another service's name and steer its scaling.
+/// publish series of the engines' metric names under another service's name and steer its
+/// scaling.
 pub const ENGINE_JOB: &str = "pacer-engines";
 
 /// `metric` restricted to the engine job.
