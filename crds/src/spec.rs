@@ -348,9 +348,15 @@ impl Default for ReplicaRange {
     }
 }
 
-/// The live batch settings the planner may move.
+/// The live batch settings the planner may move. The engine refuses a batch larger than its
+/// token budget (each running sequence decodes one token per step), so the ranges must allow
+/// a budget at least the batch: a spec the engine would refuse is refused here instead.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.maxBatchSize.max <= self.maxNumBatchedTokens.max")
+    .message("batching.maxBatchSize.max must not exceed batching.maxNumBatchedTokens.max: every sequence of a batch decodes a token in each step"))]
+#[x_kube(validation = Rule::new("self.maxBatchSize.initial <= self.maxNumBatchedTokens.initial")
+    .message("batching.maxBatchSize.initial must not exceed batching.maxNumBatchedTokens.initial: the engine refuses a batch larger than its token budget"))]
 pub struct BatchingSpec {
     /// Most sequences in an engine's running batch: larger raises throughput and ITL.
     #[serde(default = "default_max_batch_size")]

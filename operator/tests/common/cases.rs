@@ -119,6 +119,17 @@ pub fn invalid_cases() -> Vec<InvalidCase> {
             "model.source.url.url must be an http:// or https:// URL",
         ),
         case(
+            "a batch larger than any token budget",
+            json!({"spec": {"batching": {"maxBatchSize": {"min": 1, "max": 1024, "initial": 8}}}}),
+            "batching.maxBatchSize.max must not exceed batching.maxNumBatchedTokens.max",
+        ),
+        case(
+            "an initial batch larger than the initial budget",
+            json!({"spec": {"batching": {"maxBatchSize": {"min": 1, "max": 256, "initial": 256},
+                                         "maxNumBatchedTokens": {"min": 64, "max": 512, "initial": 128}}}}),
+            "batching.maxBatchSize.initial must not exceed batching.maxNumBatchedTokens.initial",
+        ),
+        case(
             "credentials in the model URL",
             json!({"spec": {"model": {"source": {"url": {"url": "https://user:secret@models.example.com/m.gguf"}}}}}),
             "model.source.url.url must not carry credentials",
