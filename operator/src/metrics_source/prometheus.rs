@@ -313,6 +313,48 @@ mod tests {
         ));
     }
 
+    /// A Prometheus API on loopback that answers every query with `status` and `body`.
+    async fn answering(status: u16, body: &'static str) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let app = axum::Router::new().fallback(move || async move {
+            let status = axum::http::StatusCode::from_u16(status).expect("status");
+            (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body)
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    #[tokio::test]
+    async fn broken_answers_are_errors_and_leave_every_service_missing() {
+        let matrix = r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"namespace":"ns","inferenceservice":"svc"},"values":[[1000,"5"]]}]}}"#;
+        let huge = r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"namespace":"ns","inferenceservice":"svc"},"value":[1000,"1e300"]}]}}"#;
+        let requests = [WindowRequest {
+            service: ServiceKey::new("ns", "svc"),
+            quantile: 0.95,
+            window: 300.0,
+            rate_window: 60.0,
+        }];
+        for (status, body, what) in [
+            (503, r#"{"status":"error","errorType":"unavailable","error":"overloaded"}"#, "a 5xx"),
+            (500, "<html>upstream proxy error</html>", "a 5xx page"),
+            (200, r#"{"status":"success","data":{"resultType":"vector","result":[{"#, "malformed JSON"),
+            (200, "not json at all", "not JSON"),
+            (200, matrix, "a matrix where a vector is expected"),
+            (200, huge, "a huge value in every answer"),
+        ] {
+            let source =
+                PrometheusSource::new(PrometheusConfig::new(answering(status, body).await)).expect("source");
+            let seen = source.observe_at(&requests, 1000.0).await;
+            let (freshness, metrics) = &seen.services[&requests[0].service];
+            assert!(matches!(freshness, crate::planner::Freshness::Missing { .. }), "{what}: {freshness:?}");
+            assert_eq!(*metrics, crate::metrics_source::ServiceMetrics::missing(), "{what}");
+            if what != "a huge value in every answer" {
+                assert!(seen.error.is_some(), "{what}: no error reported");
+            }
+        }
+    }
+
     #[test]
     fn a_token_is_never_sent_over_plain_http_unless_allowed() {
         let mut config = PrometheusConfig::new("http://prometheus.monitoring:9090");

@@ -232,8 +232,9 @@ pub type Answers = BTreeMap<Measure, BTreeMap<ServiceKey, f64>>;
 /// Builds each requested service's freshness and metrics from `answers`, evaluated at `now`
 /// (unix seconds); samples older than `staleness` seconds make the service stale.
 ///
-/// No series for a service means [`Freshness::Missing`]; NaN or infinite values are missing
-/// values, never zeros; a percentile on fewer than [`crate::planner::MIN_SAMPLES`] observations
+/// No series for a service means [`Freshness::Missing`]; so does any implausible answer
+/// (infinite, negative, beyond [`IMPLAUSIBLE`]): garbage never reaches a decision. NaN values
+/// are missing values, never zeros; a percentile on fewer than [`crate::planner::MIN_SAMPLES`] observations
 /// is [`Quantile::TooFewSamples`].
 pub fn assemble(
     requests: &[WindowRequest],
@@ -247,6 +248,14 @@ pub fn assemble(
     let mut out = BTreeMap::new();
     for request in requests {
         let key = &request.service;
+        if let Some((measure, v)) = implausible(answers, key) {
+            let reason = format!(
+                "Prometheus answered {v} for {measure:?} of {}/{}, which no engine can report: holding",
+                key.namespace, key.name
+            );
+            out.insert(key.clone(), (Freshness::Missing { reason }, ServiceMetrics::missing()));
+            continue;
+        }
         let Some(newest) = value(Measure::NewestSample, key) else {
             let reason = format!(
                 "Prometheus has no engine series for {}/{} (namespace and inferenceservice labels)",
@@ -282,6 +291,20 @@ pub fn assemble(
         out.insert(key.clone(), (freshness, metrics));
     }
     out
+}
+
+/// Above this, no measure of an engine is plausible (latencies in seconds, rates, counts,
+/// and sample timestamps in unix seconds alike).
+pub const IMPLAUSIBLE: f64 = 1e12;
+
+/// The first answer for `key` that no engine can produce: infinite, negative or beyond
+/// [`IMPLAUSIBLE`]. NaN is not among them: it is what PromQL answers for a window without
+/// observations, and reads as a missing value.
+fn implausible(answers: &Answers, key: &ServiceKey) -> Option<(Measure, f64)> {
+    answers.iter().find_map(|(measure, by_service)| {
+        let v = *by_service.get(key)?;
+        (v.is_infinite() || v < 0.0 || v > IMPLAUSIBLE).then_some((*measure, v))
+    })
 }
 
 /// Every requested service as [`Freshness::Missing`] with `reason` (the source failed).
@@ -414,6 +437,50 @@ mod tests {
         let (missing, gone) = &out[&ServiceKey::new("ns", "gone")];
         assert!(matches!(missing, Freshness::Missing { reason } if reason.contains("ns/gone")));
         assert_eq!(*gone, ServiceMetrics::missing());
+    }
+
+    #[test]
+    fn implausible_answers_leave_the_service_missing_and_the_planner_holding() {
+        use crate::planner::{self, CapacityModel, History, Levers, Observation, PlannerSpec, Reason};
+        let q = Measure::Quantile { latency: Latency::Ttft, quantile_ppm: 950_000, window_ms: 300_000 };
+        let n = Measure::Samples { latency: Latency::Ttft, window_ms: 300_000 };
+        for (measure, garbage) in [
+            (q, f64::INFINITY),
+            (q, f64::NEG_INFINITY),
+            (Measure::Waiting, -3.0),
+            (Measure::RequestRate { window_ms: 60_000 }, 1e300),
+            (Measure::NewestSample, f64::INFINITY),
+        ] {
+            let mut values = vec![(q, "svc", 0.4), (n, "svc", 120.0), (Measure::NewestSample, "svc", 1000.0)];
+            values.retain(|(m, _, _)| *m != measure);
+            values.push((measure, "svc", garbage));
+            let reqs = [request("ns", "svc", 0.95, 300.0)];
+            let out = assemble(&reqs, &answers(&values), 1001.0, 60.0);
+            let (freshness, metrics) = &out[&ServiceKey::new("ns", "svc")];
+            assert!(
+                matches!(freshness, Freshness::Missing { reason } if reason.contains("no engine can report")),
+                "{measure:?} = {garbage}: {freshness:?}"
+            );
+            // What the planner does with it: hold, with the reason.
+            let spec = PlannerSpec::from_spec(&crate::build::fixtures::isvc().spec);
+            let observation = Observation {
+                at: 1001.0,
+                freshness: freshness.clone(),
+                metrics: metrics.clone(),
+                ready_replicas: 1,
+                desired_replicas: 1,
+            };
+            let current = Levers::current(&crate::build::fixtures::isvc());
+            let d = planner::decide(
+                &spec,
+                &CapacityModel::default(),
+                &observation,
+                &current,
+                &History::default(),
+                1001.0,
+            );
+            assert_eq!((d.reason, d.levers), (Reason::MetricsMissing, current), "{measure:?} = {garbage}");
+        }
     }
 
     #[test]
