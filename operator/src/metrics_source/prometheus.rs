@@ -318,8 +318,8 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let app = axum::Router::new().fallback(move || async move {
-            let status = axum::http::StatusCode::from_u16(status).expect("status");
-            (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body)
+            let status = http::StatusCode::from_u16(status).expect("status");
+            (status, [(http::header::CONTENT_TYPE, "application/json")], body)
         });
         tokio::spawn(async move { axum::serve(listener, app).await });
         url

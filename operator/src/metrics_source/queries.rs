@@ -303,7 +303,7 @@ pub const IMPLAUSIBLE: f64 = 1e12;
 fn implausible(answers: &Answers, key: &ServiceKey) -> Option<(Measure, f64)> {
     answers.iter().find_map(|(measure, by_service)| {
         let v = *by_service.get(key)?;
-        (v.is_infinite() || v < 0.0 || v > IMPLAUSIBLE).then_some((*measure, v))
+        (!v.is_nan() && !(0.0..=IMPLAUSIBLE).contains(&v)).then_some((*measure, v))
     })
 }
 
