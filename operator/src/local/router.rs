@@ -194,9 +194,13 @@ impl RouterState {
 
     /// A router over `pool` that gives up on a silent replica after `timeouts`.
     pub fn with_timeouts(pool: Arc<Pool>, timeouts: Timeouts) -> RouterState {
+        // An idle connection is dropped well before the engine's own idle limit (its header
+        // timeout, 10 s by default) closes it: reusing a connection the server is closing
+        // at that instant fails the request after it was sent.
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .pool_max_idle_per_host(256)
+            .pool_idle_timeout(Duration::from_secs(4))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
         RouterState { pool, client, metrics: RouterMetrics::new(), timeouts }
