@@ -46,6 +46,12 @@ pub struct InferenceServiceStatus {
     /// Short strings for `kubectl get` columns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<StatusSummary>,
+    /// The planner's memory as of its last decision (JSON, versioned; not an API): when the
+    /// lever moves were, a scale-up still pending, the corrections it learned. A new leader
+    /// starts from it instead of an empty history, so a failover does not undo the old
+    /// leader's moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planner_memory: Option<String>,
 }
 
 /// Display strings for the printer columns (each also derivable from the fields above).

@@ -106,12 +106,28 @@ impl SlaLoop {
                 };
             }
         }
+        // A service this process has no state for (it just became the leader, or restarted)
+        // starts from the memory the last leader left in the status.
         let (history, previous) = states
             .get(&key)
             .map(|s| (s.history.clone(), Some(s.outcome.decision.recommended)))
-            .unwrap_or_default();
+            .unwrap_or_else(|| (remembered(isvc, t), None));
         let observation_at = observation.at;
-        let decision = planner::decide(&spec, &self.model, &observation, &current, &history, t);
+        let mut decision = planner::decide(&spec, &self.model, &observation, &current, &history, t);
+        let mut at = t;
+        // A new leader whose predecessor evaluated less than an interval ago (for this spec)
+        // keeps the levers until that interval ends, as the predecessor would have: the
+        // decision above gives the verdict for the status, the remembered history carries on.
+        let resumed = !states.contains_key(&key)
+            && isvc.status.as_ref().and_then(|s| s.observed_generation) == generation
+            && history.evaluated_at.is_some_and(|e| e <= t)
+            && !planner::due(&spec, &observation, &history, t);
+        if resumed {
+            let mut kept = history.clone();
+            planner::decide::note(&observation, &mut kept);
+            at = history.evaluated_at.unwrap_or(t);
+            decision = resume(decision, current, kept, t - at);
+        }
         let outcome = PlannerOutcome { decision, observation, at: now.clone() };
         states.insert(
             key,
@@ -119,7 +135,7 @@ impl SlaLoop {
                 uid,
                 history: outcome.decision.history.clone(),
                 outcome: outcome.clone(),
-                at: t,
+                at,
                 generation,
                 noted_at: Some(observation_at),
             },
@@ -127,7 +143,7 @@ impl SlaLoop {
         Evaluation {
             levers: outcome.decision.levers,
             outcome,
-            decided_now: true,
+            decided_now: !resumed,
             previous_recommendation: previous,
         }
     }
@@ -162,6 +178,39 @@ impl SlaLoop {
     pub fn tracked(&self) -> usize {
         self.states.lock().map_or(0, |s| s.len())
     }
+}
+
+/// `decision` turned into a hold at `current` with `history`: what a leader that took over
+/// `ago` seconds after its predecessor's evaluation reports until its own is due.
+fn resume(decision: planner::Decision, current: Levers, history: History, ago: f64) -> planner::Decision {
+    let message = if decision.changes.is_empty() {
+        format!(
+            "took over as leader {ago:.0}s after the last evaluation; holding until the next: {}",
+            decision.message
+        )
+    } else {
+        format!("took over as leader {ago:.0}s after the last evaluation; holding until the next")
+    };
+    planner::Decision {
+        levers: current,
+        recommended: current,
+        change: None,
+        changes: Vec::new(),
+        reason: planner::Reason::Resumed,
+        message,
+        history,
+        ..decision
+    }
+}
+
+/// The planner's memory in `isvc`'s status, when there is one it can trust at `now`.
+fn remembered(isvc: &InferenceService, now: f64) -> History {
+    let text = isvc.status.as_ref().and_then(|s| s.planner_memory.as_deref());
+    let Some(text) = text else { return History::default() };
+    planner::memory::decode(text, now).unwrap_or_else(|| {
+        tracing::warn!("ignoring the planner memory in the status (another version, malformed or stamped ahead); starting afresh");
+        History::default()
+    })
 }
 
 /// Ready replicas on the current template, and the replicas that exist, from the Deployment.
@@ -229,5 +278,56 @@ mod tests {
         assert_eq!(gone.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["other", "smol"]);
         assert_eq!(sla.tracked(), 0);
         assert!(sla.retain(&HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn a_new_leader_resumes_from_the_memory_in_the_status() {
+        let now = Timestamp::now();
+        let t = now.as_millisecond() as f64 / 1000.0;
+        let mut isvc = fixtures::isvc();
+        // The old leader decided 10 s ago, scaled up 40 s ago, and learned a correction.
+        let mut history = History {
+            evaluated_at: Some(t - 10.0),
+            pending_scale_up: Some((3, t - 40.0)),
+            ..History::default()
+        };
+        history.last_change.insert("replicas".into(), t - 40.0);
+        history.changes.push(t - 40.0);
+        history.correction.insert("native/8/512".into(), planner::Correction { ttft: 1.3, itl: 1.1 });
+        isvc.status = Some(pacer_crds::InferenceServiceStatus {
+            observed_generation: isvc.metadata.generation,
+            replicas: Some(3),
+            planner_memory: planner::memory::encode(&history),
+            ..Default::default()
+        });
+
+        // The new leader holds (the interval is not over) and carries the memory on.
+        let sla = sla_loop();
+        let e = sla.evaluate(&isvc, Levers::current(&isvc), None, &Time(now));
+        assert!(!e.decided_now);
+        assert_eq!(e.outcome.decision.reason, planner::Reason::Resumed);
+        assert_eq!(e.levers, Levers::current(&isvc));
+        let carried = &e.outcome.decision.history;
+        assert_eq!(carried.last_change, history.last_change);
+        assert_eq!(carried.pending_scale_up, history.pending_scale_up);
+        assert_eq!(carried.correction, history.correction);
+        // It decides on the old leader's schedule, with that history.
+        let later = Time(now + std::time::Duration::from_secs(25));
+        let e = sla.evaluate(&isvc, Levers::current(&isvc), None, &later);
+        assert!(e.decided_now);
+        assert_eq!(e.outcome.decision.history.correction, history.correction);
+        assert_eq!(e.outcome.decision.history.last_change, history.last_change);
+
+        // A memory that cannot be trusted is ignored: the leader starts afresh and decides.
+        for memory in ["{\"v\":99}".to_string(), "garbage".into()] {
+            isvc.status.as_mut().expect("status").planner_memory = Some(memory);
+            let e = sla_loop().evaluate(&isvc, Levers::current(&isvc), None, &Time(now));
+            assert!(e.decided_now);
+            assert!(e.outcome.decision.history.correction.is_empty());
+        }
+        // So is one for another generation of the spec: a changed spec is evaluated at once.
+        isvc.status.as_mut().expect("status").planner_memory = planner::memory::encode(&history);
+        isvc.metadata.generation = Some(2);
+        assert!(sla_loop().evaluate(&isvc, Levers::current(&isvc), None, &Time(now)).decided_now);
     }
 }

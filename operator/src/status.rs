@@ -111,6 +111,10 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
         }),
         observed,
         last_decision,
+        planner_memory: o
+            .planner
+            .map(|p| crate::planner::memory::encode(&p.decision.history))
+            .unwrap_or_else(|| previous.and_then(|s| s.planner_memory.clone())),
     }
 }
 

@@ -171,3 +171,40 @@ fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_keeps_its_figures() {
         assert_eq!(pacer.failed, 0);
     }
 }
+
+/// A leader failover mid-step (issue: a new leader started from an empty history): a new
+/// leader that starts from the memory the old one left in the status makes exactly the
+/// decisions the old one would have, wherever the failover falls; one that starts from nothing
+/// does not.
+#[test]
+fn a_failover_mid_step_keeps_the_old_leaders_course() {
+    use pacer_operator::simulate::pacer::{Failover, Takeover};
+    let c = config("");
+    let one = calibrate::capacity(&c, 1, &LENGTHS.into()).expect("capacity");
+    let t = trace(Shape::Step, 2.0 * one, 5400.0, 5);
+    let moves = |o: &pacer_operator::simulate::score::Outcome| -> Vec<(u64, Levers, Levers)> {
+        o.decisions.iter().map(|d| (d.t as u64, d.from, d.to)).collect()
+    };
+    let base = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");
+    assert!(base.decisions.len() >= 3, "a step with moves to fail over between: {:?}", base.decisions);
+    // Just after each move (a scale-up whose pods are starting, a scale-down in its
+    // stabilization) and halfway between moves.
+    let mut at: Vec<f64> = base.decisions.iter().map(|d| d.t + 20.0).collect();
+    at.extend(base.decisions.windows(2).map(|w| (w[0].t + w[1].t) / 2.0));
+    let mut empty_differs = Vec::new();
+    for &at in &at {
+        let run = |takeover| {
+            let mut policy = Failover::new(Pacer::new(&c.spec, c.profiles.clone()), at, takeover);
+            simulate(&c, &t, &mut policy).expect("run")
+        };
+        let remembered = run(Takeover::FromStatus);
+        assert_eq!(moves(&remembered), moves(&base), "a failover at {at} s changed the course");
+        assert_eq!(remembered.summary.replica_seconds, base.summary.replica_seconds);
+        let forgot = run(Takeover::Empty);
+        if moves(&forgot) != moves(&base) {
+            empty_differs.push(at);
+        }
+    }
+    assert!(!empty_differs.is_empty(), "an empty history never changed the course: the test proves nothing");
+    eprintln!("an empty history changed the course after failovers at {empty_differs:?} of {at:?}");
+}

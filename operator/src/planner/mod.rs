@@ -18,6 +18,7 @@ pub mod choose;
 pub mod decide;
 pub mod forecast;
 pub mod levers;
+pub mod memory;
 pub mod observation;
 pub mod profile;
 pub mod spec;
@@ -74,6 +75,9 @@ pub enum Reason {
     TooFewSamples,
     /// The levers were outside the spec's ranges and were brought back inside.
     OutOfRange,
+    /// A new leader took over with the last one's memory: it holds until that one's
+    /// evaluation interval ends, so a failover does not add an evaluation.
+    Resumed,
 }
 
 impl Reason {
@@ -96,6 +100,7 @@ impl Reason {
             Reason::MetricsStale => "MetricsStale",
             Reason::TooFewSamples => "TooFewSamples",
             Reason::OutOfRange => "OutOfRange",
+            Reason::Resumed => "Resumed",
         }
     }
 

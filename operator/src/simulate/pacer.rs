@@ -64,3 +64,55 @@ impl Policy for Pacer {
         Tick { levers: d.levers, reason: self.last_reason.clone() }
     }
 }
+
+/// What a new leader starts from in a [`Failover`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// The memory the old leader left in the status ([`crate::planner::memory`]).
+    FromStatus,
+    /// Nothing: an empty history (what a new leader had before the memory existed).
+    Empty,
+}
+
+/// Pacer with a leader failover at `at`: from the first tick at or after it, a new leader
+/// carries on from `takeover`. As in the controller, it decides when [`due`] says so: a leader
+/// with the last one's memory keeps its evaluation schedule, an empty history is due at once.
+#[derive(Debug, Clone)]
+pub struct Failover {
+    /// The planner, old leader then new.
+    pub pacer: Pacer,
+    /// When the old leader stops.
+    pub at: f64,
+    /// What the new one starts from.
+    pub takeover: Takeover,
+    done: bool,
+}
+
+impl Failover {
+    /// `pacer`, failing over at `at` to a leader starting from `takeover`.
+    pub fn new(pacer: Pacer, at: f64, takeover: Takeover) -> Failover {
+        Failover { pacer, at, takeover, done: false }
+    }
+}
+
+impl Policy for Failover {
+    fn name(&self) -> String {
+        "pacer-failover".into()
+    }
+    fn interval(&self) -> f64 {
+        self.pacer.interval()
+    }
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+        if !self.done && now >= self.at {
+            self.done = true;
+            let p = &mut self.pacer;
+            p.history = match self.takeover {
+                Takeover::FromStatus => crate::planner::memory::encode(&p.history)
+                    .and_then(|text| crate::planner::memory::decode(&text, now))
+                    .unwrap_or_default(),
+                Takeover::Empty => History::default(),
+            };
+        }
+        self.pacer.evaluate(now, seen, current)
+    }
+}
