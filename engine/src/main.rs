@@ -70,6 +70,10 @@ struct ServeArgs {
     /// Port to listen on.
     #[arg(long, env = "PACER_PORT", default_value_t = 8000)]
     port: u16,
+    /// Also serve `/health`, `/ready` and `/metrics` on this port, with a connection limit of
+    /// their own, so a flood of API connections cannot fail the probes or the scrapes.
+    #[arg(long, env = "PACER_PROBE_PORT")]
+    probe_port: Option<u16>,
     /// Model name clients send in `model` [default: the GGUF file name without extension].
     #[arg(long, env = "PACER_SERVED_MODEL_NAME")]
     served_model_name: Option<String>,
@@ -574,6 +578,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         model,
         host,
         port,
+        probe_port,
         served_model_name,
         api_key,
         max_batch_size,
@@ -631,8 +636,22 @@ fn serve(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("binding {host}:{port}"))?;
         tracing::info!(address = %listener.local_addr()?, model = %config.served_name, "serving");
-        pacer_engine::server::serve(
+        let probes = match probe_port {
+            Some(p) if p == port && port != 0 => {
+                bail!("--probe-port must differ from --port ({port}): the probes need a port of their own")
+            }
+            Some(p) => {
+                let probes = tokio::net::TcpListener::bind((host.as_str(), p))
+                    .await
+                    .with_context(|| format!("binding the probe port {host}:{p}"))?;
+                tracing::info!(address = %probes.local_addr()?, "serving /health, /ready and /metrics");
+                Some(probes)
+            }
+            None => None,
+        };
+        pacer_engine::server::serve_with_probes(
             listener,
+            probes,
             server,
             config.drain_timeout,
             pacer_engine::server::shutdown_signal(),

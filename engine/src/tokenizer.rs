@@ -99,6 +99,40 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, EngineError> {
     })
 }
 
+/// About how many bytes [`Tokenizer::encode_within`] tokenizes at a time.
+pub const CHUNK_BYTES: usize = 16 * 1024;
+
+/// A text with more tokens than a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLong {
+    /// Tokens it has at least.
+    pub at_least: usize,
+    /// Bytes of it looked at before that was sure.
+    pub read: usize,
+}
+
+/// The first place at or after `from` where `text` can be cut without changing its tokens: a
+/// space after a character that is not whitespace. Every supported pre-tokenizer (GPT-2's
+/// pattern, digits one by one, Llama 3's pattern) starts a piece there, BPE never merges across
+/// pieces, and no special token holds a space. The text's end when there is no such place.
+fn piece_end(text: &str, from: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut i = from.max(1);
+    while i < bytes.len() {
+        // `i` is a char boundary when the byte there is a space; the one before is the last
+        // byte of the previous char, which is whitespace only if it is ASCII whitespace or
+        // the end of a multi-byte whitespace char.
+        if bytes[i] == b' ' && text.is_char_boundary(i) {
+            let before = text[..i].chars().next_back();
+            if before.is_some_and(|c| !c.is_whitespace()) {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
 impl Tokenizer {
     /// Builds the tokenizer from a GGUF's `tokenizer.ggml.*` metadata.
     pub fn from_gguf(c: &Content) -> Result<Self, EngineError> {
@@ -212,6 +246,52 @@ impl Tokenizer {
         }
         ids.extend_from_slice(enc.get_ids());
         Ok(ids)
+    }
+
+    /// Token ids of `text` as [`Tokenizer::encode`] gives them, or [`TooLong`] as soon as
+    /// there are `limit` of them: a long text is tokenized in pieces of about [`CHUNK_BYTES`],
+    /// so refusing megabytes of text costs about what tokenizing `limit` tokens costs, not
+    /// the whole text.
+    pub fn encode_within(&self, text: &str, limit: usize) -> Result<Result<Vec<u32>, TooLong>, EngineError> {
+        self.encode_chunked(text, limit, CHUNK_BYTES)
+    }
+
+    /// As [`Tokenizer::encode_within`], in pieces of about `chunk` bytes (tests cut tiny pieces
+    /// to put a cut at every place one can fall).
+    pub fn encode_chunked(
+        &self,
+        text: &str,
+        limit: usize,
+        chunk: usize,
+    ) -> Result<Result<Vec<u32>, TooLong>, EngineError> {
+        let mut ids = Vec::new();
+        if self.add_bos
+            && let Some(b) = self.bos
+        {
+            ids.push(b);
+        }
+        let mut start = 0;
+        while start < text.len() {
+            let end = piece_end(text, start + chunk);
+            // One piece's tokens are at least its bytes over the longest token's: a piece too
+            // long for the room left is refused without running BPE over it.
+            if ids.len() + (end - start) / self.max_token_bytes >= limit {
+                return Ok(Err(TooLong {
+                    at_least: ids.len() + (end - start) / self.max_token_bytes,
+                    read: end,
+                }));
+            }
+            let enc = self
+                .inner
+                .encode(&text[start..end], false)
+                .map_err(|e| EngineError::Tokenizer(e.to_string()))?;
+            ids.extend_from_slice(enc.get_ids());
+            if ids.len() >= limit && end < text.len() {
+                return Ok(Err(TooLong { at_least: ids.len(), read: end }));
+            }
+            start = end;
+        }
+        Ok(Ok(ids))
     }
 
     /// Text of `ids` (special tokens omitted). Invalid UTF-8 becomes U+FFFD.

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::http::{MODEL, config, post, start};
+use common::http::{MODEL, config, post, start, start_with_probes};
 use pacer_engine::server::ServeConfig;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -78,6 +78,40 @@ async fn slow_clients_time_out_and_connections_are_limited() {
     // Their descriptors are free again.
     let r = reqwest::get(format!("{url}/health")).await.unwrap();
     assert_eq!(r.status(), 200);
+}
+
+/// A flood of idle connections fills the API port's limit; the probe port keeps answering
+/// `/health`, `/ready` and `/metrics`, so the pod is not restarted under the flood and the
+/// planner's scrapes go on. The probe port serves nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_answer_on_their_own_port_under_a_connection_flood() {
+    const LIMIT: usize = 16;
+    let (url, probes) = start_with_probes(ServeConfig {
+        header_timeout: Duration::from_secs(30),
+        max_connections: LIMIT,
+        ..config()
+    })
+    .await;
+    let address = url.trim_start_matches("http://").to_string();
+    // Ten times the limit: every slot is held by a connection that sends nothing.
+    let flood: Vec<_> = (0..LIMIT * 10).filter_map(|_| std::net::TcpStream::connect(&address).ok()).collect();
+    assert!(flood.len() >= LIMIT);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    // The API port has no slot left: its probes would fail (this is what restarted pods).
+    let api = client.get(format!("{url}/health")).send().await;
+    assert!(api.is_err(), "the API port answered over its limit: {api:?}");
+    for path in ["/health", "/ready", "/metrics"] {
+        let r = client.get(format!("{probes}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path} on the probe port");
+        if path == "/metrics" {
+            assert!(r.text().await.unwrap().contains("vllm:num_requests_waiting"));
+        }
+    }
+    let r =
+        client.post(format!("{probes}/v1/completions")).json(&serde_json::json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 404, "the API is not on the probe port");
+    drop(flood);
 }
 
 /// Megabytes of prompt are refused by their size before anything tokenizes them, and parsing

@@ -229,3 +229,60 @@ fn every_tier_loads_generates_and_is_sized_by_its_precision() {
     assert!(size(Tier::Q8_0) > size(Tier::Native));
     assert!(size(Tier::Native) > size(Tier::Q4_0));
 }
+
+/// Tokenizing in pieces gives the same ids as tokenizing whole, wherever the cuts fall (tiny
+/// pieces put one at every place one can), on the reference texts and on texts built to break
+/// it: runs of spaces, spaces before newlines and tabs, Unicode spaces, digits, code, special
+/// tokens; and a text over the limit is refused having read about the limit's worth of it.
+#[test]
+fn tokenizing_in_pieces_agrees_and_stops_at_the_limit() {
+    let m = common::loaded(Tier::Q4_0);
+    let t = &m.tokenizer;
+    let reference = common::data("tokenizer_reference.json");
+    let mut texts: Vec<String> = reference["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap().to_string())
+        .collect();
+    texts.extend(
+        [
+            "a  b   c    d \n e\t f \t\n  g",
+            "  leading and trailing  ",
+            "x\u{3000} y\u{a0} z\u{2003} w \u{85} v",
+            "12 345 6789 1.5e10 0x1F  ",
+            "fn main() {\n    let x = vec![1, 2, 3];\n    println!(\"{x:?}\");\n}\n",
+            "<|im_start|>user hi there<|im_end|> <|im_start|>assistant ok<|im_end|>",
+            "don't you'll we've  I'm 'tis ' s",
+            "日本語 の テキスト 🇯🇵 🇫🇷 mixed with English words",
+            "!!! ??? ... ---- ==== ;;;; a.\n\n b,\r\n c",
+        ]
+        .map(String::from),
+    );
+    for text in &texts {
+        let whole = t.encode(text).unwrap();
+        for chunk in [1, 2, 3, 7, 64] {
+            let pieces = t.encode_chunked(text, usize::MAX, chunk).unwrap().unwrap();
+            assert_eq!(pieces, whole, "in pieces of {chunk}: {text:?}");
+        }
+        assert_eq!(t.encode_within(text, usize::MAX).unwrap().unwrap(), whole);
+    }
+
+    // Megabytes of words, of one word, and of spaces: refused at the limit, having read a
+    // bounded part of the text.
+    let limit = 2048;
+    for text in ["lorem ipsum dolor sit amet ".repeat(200_000), "a".repeat(4 << 20), " ".repeat(4 << 20)] {
+        let over = t.encode_within(&text, limit).unwrap().unwrap_err();
+        assert!(over.at_least >= limit, "{over:?}");
+        assert!(
+            over.read <= limit * 64 + pacer_engine::tokenizer::CHUNK_BYTES * 2
+                || over.read == text.len() && over.at_least > limit,
+            "read {} of {} bytes to refuse it",
+            over.read,
+            text.len()
+        );
+    }
+    // Under the limit, the same ids as whole.
+    let text = "lorem ipsum dolor sit amet ".repeat(50);
+    assert_eq!(t.encode_within(&text, limit).unwrap().unwrap(), t.encode(&text).unwrap());
+}

@@ -71,6 +71,8 @@ pub struct AppState {
     closing: tokio::sync::watch::Receiver<bool>,
     /// Requests being parsed and tokenized off the runtime (see [`PREPARING`]).
     preparing: tokio::sync::Semaphore,
+    /// Long bodies being prepared (see [`LONG_BODY_BYTES`]).
+    preparing_long: tokio::sync::Semaphore,
     /// See [`ServeConfig::max_body_bytes`].
     max_body_bytes: usize,
     /// See [`ServeConfig::body_timeout`].
@@ -95,6 +97,10 @@ fn buffer_kib(bytes: usize) -> usize {
 /// core from the model.
 pub const PREPARING: usize = 2;
 
+/// A body over this many bytes is prepared in the long lane: one at a time, so long texts
+/// hold at most one of the [`PREPARING`] slots.
+pub const LONG_BODY_BYTES: usize = 64 * 1024;
+
 impl AppState {
     fn next_id(&self, chat: bool) -> String {
         let n = self.ids.fetch_add(1, Ordering::Relaxed);
@@ -116,6 +122,8 @@ pub struct Server {
     header_timeout: Duration,
     /// See [`ServeConfig::max_connections`].
     max_connections: usize,
+    /// `/health`, `/ready` and `/metrics` alone, for the probe port (see [`serve_with_probes`]).
+    probes: Router,
 }
 
 /// The settings to start with: the settings file's, over the command line's, when the file
@@ -168,6 +176,7 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         ids: AtomicU64::new(0),
         closing: closing_rx,
         preparing: tokio::sync::Semaphore::new(PREPARING),
+        preparing_long: tokio::sync::Semaphore::new(1),
         max_body_bytes: config.max_body_bytes,
         body_timeout: config.body_timeout,
         kv_tokens: config.kv_cache_tokens.div_ceil(crate::model::BLOCK_TOKENS).max(1)
@@ -175,6 +184,15 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         buffered: Arc::new(tokio::sync::Semaphore::new(buffer_kib(config.max_buffered_bytes))),
         stall_timeout: config.stall_timeout,
     });
+    let probes = Router::new()
+        .route("/health", get(routes::health))
+        .route("/ready", get(routes::ready))
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::no_route)
+        .method_not_allowed_fallback(routes::wrong_method)
+        .layer(tower_http::catch_panic::CatchPanicLayer::new())
+        .layer(axum::middleware::from_fn(routes::openai_errors))
+        .with_state(state.clone());
     let router = Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat_completions))
@@ -195,8 +213,13 @@ pub fn build(model: Arc<LoadedModel>, config: &ServeConfig) -> std::io::Result<S
         closing: Arc::new(closing),
         header_timeout: config.header_timeout,
         max_connections: config.max_connections.max(1),
+        probes,
     })
 }
+
+/// Most connections open at once on the probe port: the kubelet's probes and a scrape or two
+/// need a handful; the limit keeps a flood there from costing descriptors.
+pub const PROBE_CONNECTIONS: usize = 32;
 
 /// How long connections get, after the drain deadline, to flush the final events of the
 /// responses cut there before the server returns and drops them.
@@ -215,6 +238,20 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// arrive, so slow or hostile clients cannot pile up descriptors.
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    server: Server,
+    drain_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with_probes(listener, None, server, drain_timeout, shutdown).await
+}
+
+/// As [`serve`], and `/health`, `/ready` and `/metrics` also on `probes`, with a connection
+/// limit of their own ([`PROBE_CONNECTIONS`]): a flood of connections to the API port then
+/// neither fails the kubelet's probes (the pod is not restarted under attack) nor the scrapes
+/// the planner reads. The probe port answers until the API port's drain ends.
+pub async fn serve_with_probes(
+    listener: tokio::net::TcpListener,
+    probes: Option<tokio::net::TcpListener>,
     server: Server,
     drain_timeout: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -248,6 +285,9 @@ pub async fn serve(
     // Tells every connection to finish its current response and close.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
+    let probe_task = probes.map(|probes| {
+        tokio::spawn(serve_probes(probes, server.probes.clone(), server.header_timeout, stop_rx.clone()))
+    });
     loop {
         let accepted = tokio::select! {
             () = &mut drained => break,
@@ -267,39 +307,90 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let service = hyper_util::service::TowerToHyperService::new(server.router.clone());
-        let header_timeout = server.header_timeout;
-        let mut stop = stop_rx.clone();
-        tasks.spawn(async move {
-            let _permit = permit;
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
-            let connection =
-                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service).with_upgrades();
-            tokio::pin!(connection);
-            tokio::select! {
-                result = connection.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!(%peer, error = %e, "connection ended with an error");
-                    }
-                }
-                () = async { let _ = stop.wait_for(|s| *s).await; } => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        });
+        tasks.spawn(connection(
+            stream,
+            peer,
+            permit,
+            server.router.clone(),
+            server.header_timeout,
+            stop_rx.clone(),
+        ));
         // Reap finished connections so the set does not grow with the server's age.
         while tasks.try_join_next().is_some() {}
     }
     drop(listener);
     let _ = stop_tx.send(true);
+    if let Some(task) = probe_task {
+        task.abort();
+    }
     if tokio::time::timeout(CLOSE_GRACE, async { while tasks.join_next().await.is_some() {} }).await.is_err()
     {
         tracing::info!(open = tasks.len(), "closing the connections still open after the drain");
     }
     tasks.shutdown().await;
     Ok(())
+}
+
+/// Serves one accepted connection with `router` until it ends, or until `stop` turns true
+/// (then it finishes its current response and closes); holds `permit` meanwhile.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    router: Router,
+    header_timeout: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let _permit = permit;
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
+    let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service).with_upgrades();
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }
+        () = async { let _ = stop.wait_for(|s| *s).await; } => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+/// The probe port's accept loop (see [`serve_with_probes`]), until `stop` turns true.
+async fn serve_probes(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    header_timeout: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let connections = Arc::new(tokio::sync::Semaphore::new(PROBE_CONNECTIONS));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut stopped = stop.clone();
+    loop {
+        let accepted = tokio::select! {
+            _ = stopped.wait_for(|s| *s) => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a probe connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, limit = PROBE_CONNECTIONS, "probe connection limit reached; closing a new connection");
+            continue;
+        };
+        tasks.spawn(connection(stream, peer, permit, router.clone(), header_timeout, stop.clone()));
+        while tasks.try_join_next().is_some() {}
+    }
+    tasks.shutdown().await;
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

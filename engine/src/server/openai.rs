@@ -515,6 +515,22 @@ fn fits_before_tokenizing(model: &LoadedModel, bytes: usize, param: &'static str
     Ok(())
 }
 
+/// `text`'s tokens, refused as soon as they fill the context: tokenizing stops there
+/// ([`Tokenizer::encode_within`](crate::tokenizer::Tokenizer::encode_within)), so text far over
+/// the context costs about what a full context costs, however long it is.
+fn tokens_within_context(model: &LoadedModel, text: &str, param: &'static str) -> Result<Vec<u32>, ApiError> {
+    let context = model.model.config.context_length;
+    model.tokenizer.encode_within(text, context)?.map_err(|over| {
+        ApiError::invalid(
+            format!(
+                "This model's maximum context length is {context} tokens, but the prompt has at least {} tokens.",
+                over.at_least
+            ),
+            Some(param),
+        )
+    })
+}
+
 impl CompletionRequest {
     /// Validates and tokenizes.
     pub fn prepare(&self, model: &LoadedModel, served: &str, kv_tokens: usize) -> Result<Prepared, ApiError> {
@@ -525,8 +541,8 @@ impl CompletionRequest {
         };
         fits_before_tokenizing(model, bytes, "prompt")?;
         let tokens = match &self.prompt {
-            Prompt::Text(t) => model.tokenizer.encode(t)?,
-            Prompt::Texts(v) if v.len() == 1 => model.tokenizer.encode(&v[0])?,
+            Prompt::Text(t) => tokens_within_context(model, t, "prompt")?,
+            Prompt::Texts(v) if v.len() == 1 => tokens_within_context(model, &v[0], "prompt")?,
             Prompt::Texts(v) => {
                 return Err(ApiError::invalid(
                     format!("exactly one prompt is supported, got {}", v.len()),
@@ -596,7 +612,7 @@ impl ChatRequest {
             messages.push(ChatMessage::new(m.role.clone(), content));
         }
         let text = template.render(&messages, true)?;
-        let tokens = model.tokenizer.encode(&text)?;
+        let tokens = tokens_within_context(model, &text, "messages")?;
         let max = self.max_completion_tokens.or(self.common.max_tokens);
         self.common.prepare(
             model,

@@ -123,12 +123,21 @@ async fn authorized_body(
 /// Runs `prepare` (parsing, the chat template, tokenizing: milliseconds usually, seconds for a
 /// long text) on the blocking pool, at most [`super::PREPARING`] at a time, so the HTTP runtime
 /// keeps answering other streams and the health probes meanwhile.
-async fn off_runtime<F>(state: &Arc<AppState>, prepare: F) -> Result<Prepared, ApiError>
+///
+/// Fair between long and short: a body over [`super::LONG_BODY_BYTES`] first waits its turn
+/// among long ones (one at a time), so a client sending long texts holds at most one of the
+/// slots and short requests keep the others.
+async fn off_runtime<F>(state: &Arc<AppState>, body_bytes: usize, prepare: F) -> Result<Prepared, ApiError>
 where
     F: FnOnce(&AppState) -> Result<Prepared, ApiError> + Send + 'static,
 {
-    let _permit =
-        state.preparing.acquire().await.map_err(|_| ApiError::internal("the server is stopping"))?;
+    let stopping = |_| ApiError::internal("the server is stopping");
+    let _long = if body_bytes > super::LONG_BODY_BYTES {
+        Some(state.preparing_long.acquire().await.map_err(stopping)?)
+    } else {
+        None
+    };
+    let _permit = state.preparing.acquire().await.map_err(stopping)?;
     let state = state.clone();
     tokio::task::spawn_blocking(move || prepare(&state))
         .await
@@ -180,7 +189,7 @@ pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap,
     let arrived = Instant::now();
     let prepared = match authorized_body(&state, &headers, body, "/v1/completions").await {
         Ok(body) => {
-            off_runtime(&state, move |s| {
+            off_runtime(&state, body.bytes.len(), move |s| {
                 CompletionRequest::from_json(&body.bytes)
                     .and_then(|r| r.prepare(&s.model, &s.served_name, s.kv_tokens))
             })
@@ -200,7 +209,7 @@ pub async fn chat_completions(
     let arrived = Instant::now();
     let prepared = match authorized_body(&state, &headers, body, "/v1/chat/completions").await {
         Ok(body) => {
-            off_runtime(&state, move |s| {
+            off_runtime(&state, body.bytes.len(), move |s| {
                 ChatRequest::from_json(&body.bytes)
                     .and_then(|r| r.prepare(&s.model, &s.served_name, s.kv_tokens))
             })

@@ -64,6 +64,31 @@ pub async fn start_server(
     panic!("server at {url} never became ready");
 }
 
+/// As [`start`], with `/health`, `/ready` and `/metrics` also on a probe port of their own;
+/// returns the API's base URL and the probe port's.
+pub async fn start_with_probes(config: ServeConfig) -> (String, String) {
+    let srv = server::build(super::loaded(Tier::Q4_0), &config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let probes = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let probe_url = format!("http://{}", probes.local_addr().unwrap());
+    tokio::spawn(server::serve_with_probes(
+        listener,
+        Some(probes),
+        srv,
+        config.drain_timeout,
+        std::future::pending(),
+    ));
+    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    for _ in 0..200 {
+        if client.get(format!("{probe_url}/ready")).send().await.is_ok_and(|r| r.status() == 200) {
+            return (url, probe_url);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("server at {probe_url} never became ready");
+}
+
 pub fn chat(content: &str, max_tokens: usize) -> Value {
     json!({"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0})
 }
