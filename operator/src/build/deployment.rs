@@ -1,4 +1,5 @@
-//! The engine Deployment: `pacer-engine serve` pods with probes on `/ready` and `/health`, a
+//! The engine Deployment: `pacer-engine serve` pods with probes on `/ready` and `/health` (on a
+//! port of their own, so a flood of API connections neither fails them nor the scrapes), a
 //! drain on termination, a locked-down security context, the live settings mounted from the
 //! ConfigMap, and the model mounted (PVC, OCI image volume) or downloaded by an init container.
 //! Built from typed structs, so a misspelt field is a compile error rather than a dropped key.
@@ -23,8 +24,13 @@ use std::collections::BTreeMap;
 
 /// The engine container's name.
 pub const ENGINE_CONTAINER: &str = "engine";
-/// The engine's HTTP port (API, metrics, probes).
+/// The engine's HTTP port (the OpenAI API; `/metrics` and the probes answer there too).
 pub const HTTP_PORT: i32 = 8000;
+/// The engine's probe port (`--probe-port`): `/health`, `/ready` and `/metrics` only, with a
+/// connection limit apart from the API's. The kubelet's probes and the PodMonitor use it.
+pub const PROBE_PORT: i32 = 8001;
+/// The probe port's name in the pod spec (the probes and the scrape jobs name it).
+pub const PROBE_PORT_NAME: &str = "probes";
 /// Seconds the engine lets in-flight requests finish after SIGTERM (`--drain-timeout`).
 pub const DRAIN_SECONDS: i64 = 30;
 /// Seconds between the pod leaving the Service's endpoints and SIGTERM, so that load balancers
@@ -64,6 +70,7 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
         "serve".into(),
         "--host=0.0.0.0".into(),
         format!("--port={HTTP_PORT}"),
+        format!("--probe-port={PROBE_PORT}"),
         format!("--model={model_path}"),
         format!("--served-model-name={}", served_name(isvc)),
         format!("--tier={}", levers.tier),
@@ -93,12 +100,20 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
         image: Some(engine.image.clone()),
         image_pull_policy: engine.image_pull_policy.map(|p| p.as_str().to_string()),
         args: Some(args),
-        ports: Some(vec![ContainerPort {
-            name: Some("http".into()),
-            container_port: HTTP_PORT,
-            protocol: Some("TCP".into()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("http".into()),
+                container_port: HTTP_PORT,
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some(PROBE_PORT_NAME.into()),
+                container_port: PROBE_PORT,
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+        ]),
         env: non_empty(engine.env.clone()),
         resources: Some(engine.resources.clone()),
         // Loading and warming the model can take a while on small CPUs; liveness starts after.
@@ -194,7 +209,7 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
-            port: IntOrString::String("http".into()),
+            port: IntOrString::String(PROBE_PORT_NAME.into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -357,6 +372,19 @@ mod tests {
         assert_eq!(ready.path.as_deref(), Some("/ready"));
         let live = c.liveness_probe.as_ref().and_then(|p| p.http_get.as_ref()).expect("liveness");
         assert_eq!(live.path.as_deref(), Some("/health"));
+        let start = c.startup_probe.as_ref().and_then(|p| p.http_get.as_ref()).expect("startup");
+        // Every probe on the probe port, which the engine is told to serve.
+        for get in [ready, live, start] {
+            assert_eq!(get.port, IntOrString::String(PROBE_PORT_NAME.into()));
+        }
+        assert!(args.contains(&format!("--probe-port={PROBE_PORT}")));
+        let ports = c.ports.as_ref().expect("ports");
+        assert!(
+            ports
+                .iter()
+                .any(|p| p.name.as_deref() == Some(PROBE_PORT_NAME) && p.container_port == PROBE_PORT)
+        );
+        assert!(ports.iter().any(|p| p.name.as_deref() == Some("http") && p.container_port == HTTP_PORT));
         let pre_stop = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()).expect("preStop");
         assert_eq!(pre_stop.sleep.as_ref().map(|s| s.seconds), Some(PRE_STOP_SLEEP_SECONDS));
         assert!(

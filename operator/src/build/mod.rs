@@ -8,7 +8,8 @@ mod monitoring;
 
 pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, settings_json};
 pub use deployment::{
-    DRAIN_SECONDS, ENGINE_CONTAINER, HTTP_PORT, PRE_STOP_SLEEP_SECONDS, TERMINATION_GRACE_SECONDS, deployment,
+    DRAIN_SECONDS, ENGINE_CONTAINER, HTTP_PORT, PRE_STOP_SLEEP_SECONDS, PROBE_PORT, PROBE_PORT_NAME,
+    TERMINATION_GRACE_SECONDS, deployment,
 };
 pub use monitoring::{PodMonitor, PodMonitorSpec, pdb, pod_monitor, service};
 

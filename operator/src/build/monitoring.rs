@@ -117,7 +117,9 @@ pub fn pod_monitor(isvc: &InferenceService) -> PodMonitor {
         PodMonitorSpec {
             selector: LabelSelector { match_labels: Some(selector_labels(isvc)), ..LabelSelector::default() },
             pod_metrics_endpoints: vec![PodMetricsEndpoint {
-                port: Some("http".into()),
+                // The probe port: its own connection limit keeps scrapes going under a flood of
+                // API connections.
+                port: Some(super::PROBE_PORT_NAME.into()),
                 path: Some("/metrics".into()),
                 interval: Some("15s".into()),
                 relabelings: vec![
@@ -157,6 +159,7 @@ mod tests {
             "__meta_kubernetes_pod_label_serving_pacer_dev_inferenceservice"
         );
         assert_eq!(relabel["targetLabel"], "inferenceservice");
+        assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], "probes", "scraped on the probe port");
         let job = &pm["spec"]["podMetricsEndpoints"][0]["relabelings"][3];
         assert_eq!((&job["targetLabel"], &job["replacement"]), (&"job".into(), &"pacer-engines".into()));
         assert_eq!(
