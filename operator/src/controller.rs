@@ -9,12 +9,13 @@ use crate::build::{self, Levers, MANAGED_BY, PodMonitor};
 use crate::error::Error;
 use crate::leader::Leadership;
 use crate::planner::{Quantile, Reason, SlaState};
+use crate::scope::ScopeFilter;
 use crate::sla::{Evaluation, SlaLoop};
 use crate::status::{self, Observed};
 use crate::telemetry::Metrics;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -51,6 +52,8 @@ pub struct Context {
     pub sla: Option<Arc<SlaLoop>>,
     /// The leader fence: every write checks it first.
     pub leadership: Leadership,
+    /// Where the operator acts: an InferenceService elsewhere is left alone.
+    pub scope: ScopeFilter,
     /// Consecutive failures per object, for the retry backoff.
     pub failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<InferenceService>, u32>>,
 }
@@ -97,12 +100,7 @@ impl Stores {
     }
 }
 
-/// Where the controller watches.
-#[derive(Debug, Clone, Default)]
-pub struct Scope {
-    /// These namespaces, or every namespace when empty.
-    pub namespaces: Vec<String>,
-}
+pub use crate::scope::Scope;
 
 /// An [`Api`] for `K` in `namespace`, or across every namespace.
 fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -132,7 +130,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), Error> {
     let pod_monitors = pod_monitor_served(&client).await;
-    tracing::info!(pod_monitors, namespaces = ?scope.namespaces, "starting the InferenceService controller");
+    tracing::info!(
+        pod_monitors,
+        namespaces = ?scope.namespaces,
+        excluded = ?scope.excluded,
+        selector = scope.selector.as_deref().unwrap_or(""),
+        "starting the InferenceService controller"
+    );
+    let (filter, namespace_watch) = scope_filter(&client, scope.clone()).await?;
     let namespaces: Vec<Option<&str>> = if scope.namespaces.is_empty() {
         vec![None]
     } else {
@@ -159,6 +164,7 @@ pub async fn run(
                 now: || Time(Timestamp::now()),
                 sla: sla.clone(),
                 leadership: leadership.clone(),
+                scope: filter.clone(),
                 failures: Default::default(),
             },
             shutdown.clone(),
@@ -192,10 +198,43 @@ pub async fn run(
     });
     futures::future::join_all(controllers).await;
     sweeper.abort();
+    if let Some(task) = namespace_watch {
+        task.abort();
+    }
     if let Some(task) = observer_task {
         task.abort();
     }
     Ok(())
+}
+
+/// The scope's filter: in cluster mode with a selector, a cache of the namespaces it matches,
+/// filled by a watch with that selector (the task returned drives it). The selector is checked
+/// with one list first, so a malformed selector or a missing `list namespaces` permission stops
+/// the start with the cause rather than a watch that retries forever.
+async fn scope_filter(
+    client: &Client,
+    scope: Scope,
+) -> Result<(ScopeFilter, Option<tokio::task::JoinHandle<()>>), Error> {
+    let Some(selector) = scope.selector.clone().filter(|_| scope.namespaces.is_empty()) else {
+        return Ok((ScopeFilter { scope, selected: None }, None));
+    };
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.list_metadata(&kube::api::ListParams::default().labels(&selector).limit(1)).await.map_err(|e| {
+        Error::Scope(format!("listing the namespaces that --namespace-selector {selector:?} matches: {e}"))
+    })?;
+    let (reader, writer) = reflector::store();
+    let stream =
+        reflector(writer, watcher(api, watcher::Config::default().labels(&selector)).default_backoff());
+    let task = tokio::spawn(async move {
+        stream
+            .for_each(|event| async move {
+                if let Err(e) = event {
+                    tracing::warn!(error = %e, "watching the selected namespaces");
+                }
+            })
+            .await;
+    });
+    Ok((ScopeFilter { scope, selected: Some(reader) }, Some(task)))
 }
 
 /// The controller of one namespace (or of all): its child caches, its InferenceService cache,
@@ -282,6 +321,13 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
         return Ok(Action::await_change());
     }
     let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
+    ctx.scope.ready().await;
+    if !ctx.scope.admits(&ns) {
+        // Out of scope: no child, no status, no Event. A namespace that gains the selector's
+        // label is picked up at the next look.
+        tracing::debug!("namespace out of scope (excluded, or not matching --namespace-selector)");
+        return Ok(Action::requeue(OUT_OF_SCOPE_RECHECK));
+    }
     // Before the child caches are filled every child would look missing and be re-applied.
     ctx.stores.ready().await;
     let current = Levers::current(&isvc);
@@ -415,6 +461,10 @@ fn forget_gauges_of(metrics: &Metrics, ns: &str, name: &str) {
         let _ = metrics.sla_target.remove_label_values(&[ns, name, dimension]);
     }
 }
+
+/// How often an InferenceService out of scope is looked at again (its namespace may have
+/// gained the selector's label meanwhile).
+const OUT_OF_SCOPE_RECHECK: Duration = Duration::from_secs(20);
 
 /// How often state of deleted InferenceServices is swept (see [`sweep`]).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(15);

@@ -38,6 +38,9 @@ pub enum Error {
     /// The object has no namespace (InferenceServices are namespaced).
     #[error("InferenceService without a namespace")]
     NoNamespace,
+    /// The scope of namespaces cannot be set up (a malformed selector, a missing permission).
+    #[error("namespace scope: {0}")]
+    Scope(String),
     /// Leader election failed.
     #[error("leader election: {0}")]
     Lease(String),
@@ -56,6 +59,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::Serialize(_) => "serialize",
             Error::NoNamespace => "no_namespace",
+            Error::Scope(_) => "scope",
             Error::Lease(_) => "lease",
             Error::NotLeader => "not_leader",
         }

@@ -26,6 +26,7 @@ pub mod local;
 pub mod metrics_source;
 pub mod observer;
 pub mod planner;
+pub mod scope;
 pub mod simulate;
 pub mod sla;
 pub mod status;

@@ -162,6 +162,19 @@ struct RunArgs {
     /// only) [default: every namespace].
     #[arg(long, alias = "namespace", env = "PACER_WATCH_NAMESPACES", value_delimiter = ',')]
     namespaces: Vec<String>,
+    /// Never act in these namespaces, comma-separated, whatever the mode or their labels;
+    /// `--exclude-namespaces=` excludes none.
+    #[arg(
+        long,
+        env = "PACER_EXCLUDE_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-system,kube-public,kube-node-lease"
+    )]
+    exclude_namespaces: Vec<String>,
+    /// In cluster mode (no `--namespaces`), act only in namespaces whose labels match this
+    /// label selector, e.g. `pacer.dev/enabled=true` (needs `list` and `watch` on namespaces).
+    #[arg(long, env = "PACER_NAMESPACE_SELECTOR")]
+    namespace_selector: Option<String>,
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, env = "PACER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
@@ -280,6 +293,8 @@ fn default_model() -> Option<PathBuf> {
 async fn run(args: RunArgs) -> Result<()> {
     let RunArgs {
         namespaces,
+        exclude_namespaces,
+        namespace_selector,
         metrics_addr,
         leader_elect,
         lease_name,
@@ -290,6 +305,7 @@ async fn run(args: RunArgs) -> Result<()> {
         metrics_interval,
         profiles,
     } = args;
+    let scope = Scope::new(namespaces, exclude_namespaces, namespace_selector)?;
     let sla = sla_loop(&prometheus, metrics_interval, profiles.as_deref())?;
     let metrics = Metrics::new();
     let mut config = kube::Config::infer().await.context("reading the kubeconfig or in-cluster config")?;
@@ -368,8 +384,7 @@ async fn run(args: RunArgs) -> Result<()> {
         };
         let _ = lost_tx.send(lost_leadership);
     };
-    controller::run(client, Scope { namespaces }, metrics.clone(), identity, sla, leadership, shutdown)
-        .await?;
+    controller::run(client, scope, metrics.clone(), identity, sla, leadership, shutdown).await?;
     let lost_leadership = lost_rx.await.unwrap_or(false);
     let _ = stop_tx.send(true);
     if let Some(keeper) = keeper {

@@ -193,6 +193,47 @@ fn the_chart_ships_config_and_the_generated_crd_unchanged() {
     }
     let args = args_of(operator_container(&objects));
     assert!(args.contains(&"--namespaces=pacer-ci-team,team-a".to_string()), "{args:?}");
+    assert!(
+        args.contains(&"--exclude-namespaces=kube-system,kube-public,kube-node-lease".to_string()),
+        "the control plane's namespaces are excluded by default: {args:?}"
+    );
+}
+
+/// Cluster mode with a namespace selector: the flag, and a ClusterRole to read namespaces
+/// (from the one RBAC source) bound to the operator; none without a selector; a selector with
+/// a list of namespaces is refused with a message naming both values.
+#[test]
+fn a_namespace_selector_reads_namespaces_in_cluster_mode_only() {
+    let rbac =
+        yaml_documents(&std::fs::read_to_string(repo_file("config/rbac/operator.yaml")).expect("rbac"));
+    let objects = render(&["--set", "operator.namespaceSelector=pacer.dev/enabled=true"]);
+    let args = args_of(operator_container(&objects));
+    assert!(args.contains(&"--namespace-selector=pacer.dev/enabled=true".to_string()), "{args:?}");
+    assert_eq!(find(&objects, "ClusterRole", "pacer-operator-namespaces")["rules"], rbac[2]["rules"]);
+    let binding = find(&objects, "ClusterRoleBinding", "pacer-operator-namespaces");
+    assert_eq!(binding["roleRef"]["name"], "pacer-operator-namespaces");
+    assert_eq!(binding["subjects"][0]["name"], "pacer-operator");
+
+    let plain = render(&[]);
+    assert!(
+        !plain.iter().any(|o| o["metadata"]["name"] == "pacer-operator-namespaces"),
+        "namespaces are read only with a selector"
+    );
+    let out = helm(&[
+        "template",
+        "pacer",
+        chart().to_str().expect("path"),
+        "--set",
+        "operator.namespaceSelector=a=b",
+        "--set",
+        "operator.watchNamespaces={team-a}",
+    ]);
+    assert!(!out.status.success());
+    let text = text(&out);
+    assert!(
+        text.contains("operator.namespaceSelector") && text.contains("operator.watchNamespaces"),
+        "{text}"
+    );
 }
 
 /// `v` with every number as an f64 (so `1` and `1.0` compare equal).
@@ -240,7 +281,10 @@ fn every_operator_flag_is_set_from_values() {
         "operator.watchNamespaces={team-a,team-b}",
     ]);
     let container = operator_container(&objects);
-    let args = args_of(container);
+    // The namespace selector is cluster mode's: rendered apart, its flags count too.
+    let selector = render(&["--set", "operator.namespaceSelector=pacer.dev/enabled=true"]);
+    let mut args = args_of(container);
+    args.extend(args_of(operator_container(&selector)));
     let env: BTreeSet<String> = container["env"]
         .as_array()
         .expect("env")
@@ -371,7 +415,14 @@ fn every_metric_the_rules_dashboard_and_queries_use_is_exported() {
     let engine = pacer_engine::metrics::EngineMetrics::new("smol");
     engine.finished("stop");
     engine.rejected("queue_full");
-    engine.set_info("q4_0", 8, 0);
+    engine.set_info(
+        "q4_0",
+        &pacer_engine::scheduler::BatchSettings {
+            max_batch_size: 8,
+            batch_wait_ms: 0,
+            max_num_batched_tokens: 512,
+        },
+    );
     let mut available = exported(&engine.render());
     // The operator's families, from its telemetry module: labelled families appear in its
     // /metrics only once a child exists (after the first decision), so the declarations are read.

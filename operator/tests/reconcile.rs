@@ -1,7 +1,8 @@
 //! The operator binary against a real control plane with kwok nodes: children with owner
 //! references, status and Events, spec changes rolled out, drift reverted, garbage collection,
-//! a no-op restart, and leader election between two replicas (and a leader whose apiserver
-//! stalls, fenced before a standby leads).
+//! a no-op restart, background deletion and a same-name re-create, cluster mode's namespace
+//! selector and exclusions, and leader election between two replicas (and a leader whose
+//! apiserver stalls, fenced before a standby leads).
 
 mod common;
 
@@ -539,6 +540,104 @@ async fn a_list_of_namespaces_is_watched_and_nothing_else() {
     assert!(isvc.status.is_none(), "status written in an unwatched namespace: {:?}", isvc.status);
     let log = op.log_text();
     assert!(log.contains(&second) && !log.contains(&other), "the log names the watched namespaces only");
+}
+
+/// Background deletion (the default propagation) gives the operator no last reconcile: its
+/// sweep against the watch caches forgets the service (planner state, gauges, retries), the
+/// garbage collector removes the children, and a service re-created under the same name gets
+/// children owned by the new object and a status of its own. (Foreground deletion is
+/// `deleting_the_inferenceservice_removes_its_children`.)
+#[tokio::test]
+async fn a_background_deletion_is_forgotten_and_a_recreated_service_starts_afresh() {
+    let ns = TestNs::new("bg-delete").await;
+    // A Prometheus URL nothing answers: the SLA loop runs (and holds), so it keeps state.
+    let op = ns.operator_with(
+        "only",
+        &["--prometheus-url=http://127.0.0.1:9".into(), "--metrics-interval=1".into()],
+    );
+    let first = ns.create(isvc_doc("smol")).await;
+    wait_ready(&ns, "smol", &op).await;
+    ns.isvcs().delete("smol", &DeleteParams::background()).await.expect("delete");
+    eventually(60, "the sweep to forget the deleted service", || {
+        let log = op.log_text();
+        async move { log.contains("forgetting a deleted InferenceService").then_some(()) }
+    })
+    .await;
+    let deployments = ns.api::<Deployment>();
+    eventually(60, "the garbage collector to remove the Deployment", || {
+        let deployments = deployments.clone();
+        async move { deployments.get_opt("smol").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+
+    let second = ns.create(isvc_doc("smol")).await;
+    assert_ne!(first.metadata.uid, second.metadata.uid);
+    let ready = wait_ready(&ns, "smol", &op).await;
+    let status = ready.status.expect("status");
+    assert_eq!(status.last_decision, None, "the new object inherited a decision: {status:?}");
+    let deployment = deployments.get("smol").await.expect("deployment");
+    let owners: Vec<_> = deployment.owner_references().iter().map(|o| o.uid.clone()).collect();
+    assert_eq!(owners, vec![second.metadata.uid.clone().expect("uid")]);
+}
+
+/// Cluster mode with `--namespace-selector`: the operator acts in the namespaces whose labels
+/// match and leaves the others alone (no child, no status); a namespace that gains the label
+/// is picked up; `kube-system` is excluded by default even when it carries the label.
+#[tokio::test]
+async fn a_namespace_selector_and_the_exclusions_bound_where_cluster_mode_acts() {
+    let lease = TestNs::new("selector").await;
+    let admin = lease.admin.clone();
+    let (key, value) = ("pacer.dev/test-selector", lease.name.clone());
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    let label =
+        |on: bool| json!({"metadata": {"labels": {key: if on { Some(value.as_str()) } else { None }}}});
+    let selected = pacer_tests::namespace(&admin, "sel-on").await;
+    let unlabelled = pacer_tests::namespace(&admin, "sel-off").await;
+    namespaces.patch(&selected, &PatchParams::default(), &Patch::Merge(&label(true))).await.expect("label");
+    namespaces
+        .patch("kube-system", &PatchParams::default(), &Patch::Merge(&label(true)))
+        .await
+        .expect("label");
+    let name = format!("smol-{}", lease.name);
+    let mut isvc: InferenceService = serde_json::from_value(isvc_doc("smol")).expect("isvc");
+    isvc.metadata.name = Some(name.clone());
+    for ns in [&selected, &unlabelled, "kube-system"] {
+        Api::<InferenceService>::namespaced(admin.clone(), ns)
+            .create(&Default::default(), &isvc)
+            .await
+            .expect("create");
+    }
+    let op = lease.cluster_wide_operator("sel", &[format!("--namespace-selector={key}={value}")]);
+    let acted = |ns: String| {
+        let (deployments, isvcs) = (
+            Api::<Deployment>::namespaced(admin.clone(), &ns),
+            Api::<InferenceService>::namespaced(admin.clone(), &ns),
+        );
+        let name = name.clone();
+        async move {
+            deployments.get_opt(&name).await.ok()??;
+            isvcs.get(&name).await.ok()?.status?.observed_generation.map(|_| ())
+        }
+    };
+    eventually(60, "the Deployment and status in the selected namespace", || acted(selected.clone())).await;
+    // The selected one is done; the others have had the same time and more.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for ns in [unlabelled.as_str(), "kube-system"] {
+        assert!(acted(ns.to_string()).await.is_none(), "acted in {ns}: {}", op.log_text());
+        let left = Api::<InferenceService>::namespaced(admin.clone(), ns).get(&name).await.expect("get");
+        assert!(left.status.is_none(), "status written in {ns}: {:?}", left.status);
+    }
+    namespaces.patch(&unlabelled, &PatchParams::default(), &Patch::Merge(&label(true))).await.expect("label");
+    eventually(90, "the namespace that gained the label to be picked up", || acted(unlabelled.clone())).await;
+    assert!(acted("kube-system".into()).await.is_none(), "acted in kube-system: {}", op.log_text());
+    Api::<InferenceService>::namespaced(admin.clone(), "kube-system")
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    namespaces
+        .patch("kube-system", &PatchParams::default(), &Patch::Merge(&label(false)))
+        .await
+        .expect("unlabel");
 }
 
 /// A leader whose Lease renewals hang (its apiserver connection stalls, nothing is closed)

@@ -36,6 +36,31 @@ impl OperatorProcess {
         log_dir: &Path,
         extra: &[String],
     ) -> OperatorProcess {
+        OperatorProcess::launch(bin, kubeconfig, Some(namespace), namespace, identity, log_dir, extra)
+    }
+
+    /// Starts `bin run` in cluster mode (every namespace, narrowed only by `extra` flags such as
+    /// `--namespace-selector`), electing a leader in `lease_namespace` as `identity`.
+    pub fn start_cluster_wide(
+        bin: &Path,
+        kubeconfig: &Path,
+        lease_namespace: &str,
+        identity: &str,
+        log_dir: &Path,
+        extra: &[String],
+    ) -> OperatorProcess {
+        OperatorProcess::launch(bin, kubeconfig, None, lease_namespace, identity, log_dir, extra)
+    }
+
+    fn launch(
+        bin: &Path,
+        kubeconfig: &Path,
+        watch: Option<&str>,
+        namespace: &str,
+        identity: &str,
+        log_dir: &Path,
+        extra: &[String],
+    ) -> OperatorProcess {
         let port = free_port();
         let log = log_dir.join(format!("operator-{namespace}-{identity}.log"));
         let out = std::fs::File::create(&log).expect("operator log");
@@ -46,7 +71,7 @@ impl OperatorProcess {
             .arg("sh")
             .arg(bin)
             .args(["--log-format=json", "run"])
-            .arg(format!("--namespace={namespace}"))
+            .args(watch.map(|ns| format!("--namespace={ns}")))
             .arg(format!("--lease-namespace={namespace}"))
             .arg(format!("--identity={identity}"))
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))

@@ -94,6 +94,14 @@ pub fn cluster() -> &'static Cluster {
                     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "pacer-operator"}],
                 });
                 apply_json(&admin, None, binding).await;
+                // Reading namespaces, for the tests of cluster mode with a namespace selector.
+                let binding = serde_json::json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": "pacer-operator-namespaces"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "pacer-operator-namespaces"},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "pacer-operator"}],
+                });
+                apply_json(&admin, None, binding).await;
                 cluster
             })
         })
@@ -166,6 +174,20 @@ impl TestNs {
     pub fn operator(&self, identity: &str) -> OperatorProcess {
         let c = cluster();
         OperatorProcess::start(Path::new(OPERATOR), &c.operator_kubeconfig(), &self.name, identity, c.dir())
+    }
+
+    /// An operator in cluster mode (every namespace, narrowed by `extra` flags only), electing
+    /// its leader in this namespace.
+    pub fn cluster_wide_operator(&self, identity: &str, extra: &[String]) -> OperatorProcess {
+        let c = cluster();
+        OperatorProcess::start_cluster_wide(
+            Path::new(OPERATOR),
+            &c.operator_kubeconfig(),
+            &self.name,
+            identity,
+            c.dir(),
+            extra,
+        )
     }
 
     /// [`TestNs::operator`] with extra `run` flags.
