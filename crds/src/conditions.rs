@@ -17,6 +17,9 @@ pub const DEGRADED: &str = "Degraded";
 /// Replicas are at their maximum (and the tier at its fastest allowed) and the SLA is still violated.
 pub const SCALING_LIMITED: &str = "ScalingLimited";
 
+/// The engines report running the batch settings the operator set (Unknown until they report).
+pub const SETTINGS_APPLIED: &str = "SettingsApplied";
+
 /// Reasons, in CamelCase as the Kubernetes API conventions ask.
 pub mod reasons {
     /// All desired replicas are ready.
@@ -45,4 +48,10 @@ pub mod reasons {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The API server refused a child built from the spec (its message is in the condition).
     pub const CHILD_REJECTED: &str = "ChildRejected";
+    /// Every engine reports the batch settings the operator set.
+    pub const APPLIED: &str = "Applied";
+    /// Some engine reports other batch settings than the operator set.
+    pub const NOT_APPLIED: &str = "NotApplied";
+    /// No engine reports its batch settings (no metrics yet, or a runtime that does not).
+    pub const NOT_REPORTED: &str = "NotReported";
 }

@@ -34,6 +34,10 @@ pub struct InferenceServiceStatus {
     /// The live `maxNumBatchedTokens` (the step's token budget) in the engines' settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_num_batched_tokens: Option<u32>,
+    /// The batch settings the engines report they run (`pacer_engine_setting`), as last
+    /// observed: the settings above are what the operator set, these what the engines applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<EngineSettings>,
     /// The label selector of the engine pods, as a string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
@@ -52,6 +56,22 @@ pub struct InferenceServiceStatus {
     /// leader's moves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planner_memory: Option<String>,
+}
+
+/// The batch settings the engines report: each one value, or `least-greatest` while replicas
+/// differ (a change still reaching them, or refused by some); absent while none reports it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineSettings {
+    /// `maxBatchSize`, e.g. `16` or `8-16`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_batch_size: Option<String>,
+    /// `maxNumBatchedTokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_num_batched_tokens: Option<String>,
+    /// `batchWaitMs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_wait_ms: Option<String>,
 }
 
 /// Display strings for the printer columns (each also derivable from the fields above).

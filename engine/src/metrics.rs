@@ -76,6 +76,8 @@ pub struct EngineMetrics {
     pub batch_size: Histogram,
     rejected: IntCounterVec,
     info: IntGaugeVec,
+    /// The live batch settings as numbers: the operator reads what the engines applied.
+    setting: IntGaugeVec,
     model_name: String,
 }
 
@@ -144,10 +146,19 @@ impl EngineMetrics {
         r.register(Box::new(rejected.clone())).unwrap_or_else(|e| panic!("register rejected: {e}"));
         let info = IntGaugeVec::new(
             Opts::new("pacer_engine_info", "Live engine settings (value is always 1)."),
-            &["model_name", "tier", "max_batch_size", "batch_wait_ms", "version"],
+            &["model_name", "tier", "max_batch_size", "batch_wait_ms", "max_num_batched_tokens", "version"],
         )
         .unwrap_or_else(|e| panic!("info: {e}"));
         r.register(Box::new(info.clone())).unwrap_or_else(|e| panic!("register info: {e}"));
+        let setting = IntGaugeVec::new(
+            Opts::new(
+                "pacer_engine_setting",
+                "A live batch setting as a number (setting: max_batch_size, max_num_batched_tokens, batch_wait_ms), for min/max over replicas.",
+            ),
+            &["model_name", "setting"],
+        )
+        .unwrap_or_else(|e| panic!("setting: {e}"));
+        r.register(Box::new(setting.clone())).unwrap_or_else(|e| panic!("register setting: {e}"));
         EngineMetrics {
             ttft: histogram(&r, "vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS, m),
             itl: histogram(&r, "vllm:inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS, m),
@@ -252,6 +263,7 @@ impl EngineMetrics {
             success,
             rejected,
             info,
+            setting,
             registry: r,
             model_name: model_name.to_string(),
         }
@@ -279,11 +291,26 @@ impl EngineMetrics {
         self.rejected.with_label_values(&[&self.model_name, reason]).inc();
     }
 
-    /// Publishes the live settings as the info gauge (one series at a time).
-    pub fn set_info(&self, tier: &str, max_batch_size: usize, batch_wait_ms: u64) {
+    /// Publishes the live settings: the info gauge (one series at a time) and each setting as a
+    /// number (`pacer_engine_setting`).
+    pub fn set_info(&self, tier: &str, settings: &crate::scheduler::BatchSettings) {
         self.info.reset();
-        let (mb, bw) = (max_batch_size.to_string(), batch_wait_ms.to_string());
-        self.info.with_label_values(&[&self.model_name, tier, &mb, &bw, env!("CARGO_PKG_VERSION")]).set(1);
+        let (mb, bw, bt) = (
+            settings.max_batch_size.to_string(),
+            settings.batch_wait_ms.to_string(),
+            settings.max_num_batched_tokens.to_string(),
+        );
+        self.info
+            .with_label_values(&[&self.model_name, tier, &mb, &bw, &bt, env!("CARGO_PKG_VERSION")])
+            .set(1);
+        let number = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (name, value) in [
+            ("max_batch_size", settings.max_batch_size as u64),
+            ("max_num_batched_tokens", settings.max_num_batched_tokens as u64),
+            ("batch_wait_ms", settings.batch_wait_ms),
+        ] {
+            self.setting.with_label_values(&[&self.model_name, name]).set(number(value));
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -306,7 +333,14 @@ mod tests {
         m.observe_itl(0.002);
         m.finished("stop");
         m.rejected("queue_full");
-        m.set_info("q4_0", 8, 5);
+        m.set_info(
+            "q4_0",
+            &crate::scheduler::BatchSettings {
+                max_batch_size: 8,
+                batch_wait_ms: 5,
+                max_num_batched_tokens: 256,
+            },
+        );
         let text = m.render();
         for name in [
             "vllm:time_to_first_token_seconds_bucket{model_name=\"smol\",le=\"0.005\"} 1",
@@ -314,7 +348,10 @@ mod tests {
             "vllm:time_per_output_token_seconds_count{model_name=\"smol\"} 1",
             "vllm:request_success_total{finished_reason=\"stop\",model_name=\"smol\"} 1",
             "pacer_engine_requests_rejected_total{model_name=\"smol\",reason=\"queue_full\"} 1",
-            "pacer_engine_info{batch_wait_ms=\"5\",max_batch_size=\"8\",model_name=\"smol\",tier=\"q4_0\"",
+            "pacer_engine_info{batch_wait_ms=\"5\",max_batch_size=\"8\",max_num_batched_tokens=\"256\",model_name=\"smol\",tier=\"q4_0\"",
+            "pacer_engine_setting{model_name=\"smol\",setting=\"max_batch_size\"} 8",
+            "pacer_engine_setting{model_name=\"smol\",setting=\"max_num_batched_tokens\"} 256",
+            "pacer_engine_setting{model_name=\"smol\",setting=\"batch_wait_ms\"} 5",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

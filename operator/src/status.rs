@@ -3,12 +3,14 @@
 //! the same, so an unchanged world produces an identical status and no write.
 
 use crate::build::{self, Levers, SpecError};
-use crate::planner::{Decision, Observation, Quantile, SlaState};
+use crate::planner::{AppliedSettings, Decision, Observation, Quantile, SlaState, Span};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use pacer_crds::conditions::{self, reasons};
-use pacer_crds::{InferenceService, InferenceServiceStatus, LastDecision, ObservedSla, StatusSummary};
+use pacer_crds::{
+    EngineSettings, InferenceService, InferenceServiceStatus, LastDecision, ObservedSla, StatusSummary,
+};
 
 /// What the status is computed from.
 pub struct Observed<'a> {
@@ -62,6 +64,7 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
             found.push(ready_cond);
             found.push(progressing);
             found.extend(sla_conditions(isvc, o.levers, o.planner));
+            found.extend(o.planner.map(|p| settings_condition(o.levers, &p.observation.metrics.applied)));
             (ready, o.levers.replicas)
         }
     };
@@ -102,6 +105,10 @@ pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
         max_batch_size: Some(o.levers.max_batch_size),
         batch_wait_ms: Some(o.levers.batch_wait_ms),
         max_num_batched_tokens: Some(o.levers.max_num_batched_tokens),
+        applied: o
+            .planner
+            .and_then(|p| engine_settings(&p.observation.metrics.applied))
+            .or_else(|| previous.and_then(|s| s.applied.clone())),
         selector: Some(build::selector_string(isvc)),
         summary: Some(StatusSummary {
             replicas: format!("{ready}/{desired_replicas}"),
@@ -183,6 +190,59 @@ fn sla_conditions(isvc: &InferenceService, levers: &Levers, planner: Option<&Pla
         )
     };
     vec![met, available, degraded, limited]
+}
+
+/// The settings the engines report, for the status; `None` when none reports any.
+fn engine_settings(applied: &AppliedSettings) -> Option<EngineSettings> {
+    let text = |span: Option<Span>| span.map(|s| s.to_string());
+    let settings = EngineSettings {
+        max_batch_size: text(applied.max_batch_size),
+        max_num_batched_tokens: text(applied.max_num_batched_tokens),
+        batch_wait_ms: text(applied.batch_wait_ms),
+    };
+    (settings != EngineSettings::default()).then_some(settings)
+}
+
+/// SettingsApplied: whether every engine reports the batch settings the operator set.
+fn settings_condition(levers: &Levers, applied: &AppliedSettings) -> Found {
+    let settings = [
+        ("maxBatchSize", applied.max_batch_size, levers.max_batch_size),
+        ("maxNumBatchedTokens", applied.max_num_batched_tokens, levers.max_num_batched_tokens),
+        ("batchWaitMs", applied.batch_wait_ms, levers.batch_wait_ms),
+    ];
+    let reported: Vec<_> =
+        settings.iter().filter_map(|(name, span, set)| Some((*name, (*span)?, *set))).collect();
+    if reported.is_empty() {
+        return (
+            conditions::SETTINGS_APPLIED,
+            UNKNOWN,
+            reasons::NOT_REPORTED,
+            "no engine reports its batch settings (pacer_engine_setting): no fresh metrics yet, or a runtime that does not export them".into(),
+        );
+    }
+    let differ: Vec<String> = reported
+        .iter()
+        .filter(|(_, span, set)| !span.is(f64::from(*set)))
+        .map(|(name, span, set)| format!("{name} {span} where the settings say {set}"))
+        .collect();
+    if differ.is_empty() {
+        let list: Vec<String> = reported.iter().map(|(name, span, _)| format!("{name} {span}")).collect();
+        return (
+            conditions::SETTINGS_APPLIED,
+            TRUE,
+            reasons::APPLIED,
+            format!("the engines run the settings: {}", list.join(", ")),
+        );
+    }
+    (
+        conditions::SETTINGS_APPLIED,
+        FALSE,
+        reasons::NOT_APPLIED,
+        format!(
+            "the engines report {}; the settings ConfigMap reaches the pods within about a minute, and an engine that refuses a setting keeps its old one and logs why",
+            differ.join(", ")
+        ),
+    )
 }
 
 fn observed_sla(isvc: &InferenceService, p: &PlannerOutcome) -> ObservedSla {
@@ -452,6 +512,67 @@ mod tests {
             },
             at: at(5),
         }
+    }
+
+    /// SettingsApplied and `status.applied`: what the engines report against what was set —
+    /// unknown until they report, false with the difference while they differ, true when all
+    /// run the settings; the last report is kept while metrics are missing.
+    #[test]
+    fn the_status_says_whether_the_engines_run_the_settings() {
+        let isvc = fixtures::isvc();
+        let levers = Levers::initial(&isvc);
+        let with = |applied: AppliedSettings| {
+            let mut p = outcome(SlaState::Met, 0.2, Reason::SlaMet, false, true);
+            p.observation.metrics.applied = applied;
+            p
+        };
+        let status = |isvc: &InferenceService, p: &PlannerOutcome| {
+            desired(&Observed {
+                isvc,
+                levers: &levers,
+                deployment: Some(&deployment(1, 1, 1, 1, 1)),
+                spec_error: None,
+                planner: Some(p),
+                now: at(5),
+            })
+        };
+        let none = status(&isvc, &with(AppliedSettings::default()));
+        assert_eq!(cond(&none, conditions::SETTINGS_APPLIED).reason, reasons::NOT_REPORTED);
+        assert_eq!(none.applied, None);
+
+        let span = |least: u32, greatest: u32| Some(Span { least: least.into(), greatest: greatest.into() });
+        let set = |b: u32| AppliedSettings {
+            max_batch_size: span(levers.max_batch_size.min(b), b),
+            max_num_batched_tokens: span(levers.max_num_batched_tokens, levers.max_num_batched_tokens),
+            batch_wait_ms: span(levers.batch_wait_ms, levers.batch_wait_ms),
+        };
+        let ok = status(&isvc, &with(set(levers.max_batch_size)));
+        let c = cond(&ok, conditions::SETTINGS_APPLIED);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", reasons::APPLIED));
+        let applied = ok.applied.clone().expect("applied");
+        assert_eq!(applied.max_batch_size, Some(levers.max_batch_size.to_string()));
+
+        // One replica still on an older, larger batch.
+        let bigger = levers.max_batch_size + 8;
+        let mid = status(&isvc, &with(set(bigger)));
+        let c = cond(&mid, conditions::SETTINGS_APPLIED);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", reasons::NOT_APPLIED));
+        let want = format!(
+            "maxBatchSize {}-{bigger} where the settings say {}",
+            levers.max_batch_size, levers.max_batch_size
+        );
+        assert!(c.message.contains(&want), "{}", c.message);
+        assert_eq!(
+            mid.applied.and_then(|a| a.max_batch_size),
+            Some(format!("{}-{bigger}", levers.max_batch_size))
+        );
+
+        // Metrics gone: the last report stays in status, the condition says nothing is reported.
+        let mut later = isvc.clone();
+        later.status = Some(ok.clone());
+        let gone = status(&later, &with(AppliedSettings::default()));
+        assert_eq!(gone.applied, ok.applied);
+        assert_eq!(cond(&gone, conditions::SETTINGS_APPLIED).status, "Unknown");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub(super) fn run(
         preempted: VecDeque::new(),
         running: Vec::new(),
     };
-    lp.metrics.set_info(lp.model.model.tier.as_str(), settings.max_batch_size, settings.batch_wait_ms);
+    lp.metrics.set_info(lp.model.model.tier.as_str(), &settings);
     lp.warm_up();
     shared.ready.store(true, Ordering::Release);
     tracing::info!(kv_cache_tokens = lp.kv.capacity_tokens(), ?settings, "scheduler ready");
@@ -135,7 +135,7 @@ impl Loop<'_> {
             Command::Settings(s) => {
                 tracing::info!(previous = ?self.settings, next = ?s, "applying batch settings");
                 self.settings = s;
-                self.metrics.set_info(self.model.model.tier.as_str(), s.max_batch_size, s.batch_wait_ms);
+                self.metrics.set_info(self.model.model.tier.as_str(), &s);
             }
         }
     }

@@ -243,6 +243,7 @@ impl Ring {
             queued_prompt_tokens: queued,
             kv_usage: (!kv.is_empty()).then(|| kv.iter().sum::<f64>() / kv.len() as f64),
             reporting_replicas: (reporting > 0.0).then_some(reporting),
+            applied: Default::default(),
         };
         Windowed { newest, metrics }
     }

@@ -7,7 +7,7 @@
 
 use super::{ServiceKey, WindowRequest};
 use crate::planner::observation::SHORT_RATE_WINDOW;
-use crate::planner::{Freshness, Quantile, ServiceMetrics};
+use crate::planner::{AppliedSettings, Freshness, Quantile, ServiceMetrics, Span};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The labels every query groups by (set by the scrape config's relabelling, `METRICS.md`).
@@ -108,8 +108,41 @@ pub enum Measure {
     KvUsage,
     /// Scrape targets (replicas) that report the engine's gauges.
     Replicas,
+    /// A live batch setting the engines report (`pacer_engine_setting`), least or greatest
+    /// over replicas.
+    Applied {
+        /// Which setting.
+        setting: Setting,
+        /// The greatest (else the least).
+        greatest: bool,
+    },
     /// Unix time of the newest sample.
     NewestSample,
+}
+
+/// A batch setting the engine reports as a number (`pacer_engine_setting{setting}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Setting {
+    /// `max_batch_size`.
+    MaxBatchSize,
+    /// `max_num_batched_tokens`.
+    MaxNumBatchedTokens,
+    /// `batch_wait_ms`.
+    BatchWaitMs,
+}
+
+impl Setting {
+    /// All three.
+    pub const ALL: [Setting; 3] = [Setting::MaxBatchSize, Setting::MaxNumBatchedTokens, Setting::BatchWaitMs];
+
+    /// The `setting` label's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Setting::MaxBatchSize => "max_batch_size",
+            Setting::MaxNumBatchedTokens => "max_num_batched_tokens",
+            Setting::BatchWaitMs => "batch_wait_ms",
+        }
+    }
 }
 
 /// One PromQL query and what it measures.
@@ -178,6 +211,11 @@ pub fn promql(measure: Measure) -> String {
         Measure::Replicas => {
             format!("count by ({g}) (max by ({g}, instance) ({}))", engine("vllm:num_requests_running"))
         }
+        Measure::Applied { setting, greatest } => format!(
+            "{} by ({g}) (pacer_engine_setting{{job=\"{ENGINE_JOB}\",setting=\"{}\"}})",
+            if greatest { "max" } else { "min" },
+            setting.label()
+        ),
         Measure::NewestSample => {
             format!("max by ({g}) (timestamp({}))", engine("vllm:num_requests_running"))
         }
@@ -198,7 +236,8 @@ fn short_key(request: &WindowRequest) -> u64 {
 /// Every query one tick needs for `requests`: per distinct (quantile, window) the three
 /// percentiles, per distinct window the three sample counts, per distinct rate window the three
 /// rates (and the short request rate), per distinct (percentile, window) the prompt length's
-/// percentile, and the six gauges once. Sorted and free of duplicates.
+/// percentile, and the six gauges and the three live settings' least and greatest once. Sorted
+/// and free of duplicates.
 pub fn plan(requests: &[WindowRequest]) -> Vec<Query> {
     let mut measures = BTreeSet::new();
     for request in requests {
@@ -222,6 +261,9 @@ pub fn plan(requests: &[WindowRequest]) -> Vec<Query> {
             Measure::Replicas,
             Measure::NewestSample,
         ]);
+        for setting in Setting::ALL {
+            measures.extend([false, true].map(|greatest| Measure::Applied { setting, greatest }));
+        }
     }
     measures.into_iter().map(|measure| Query { measure, promql: promql(measure) }).collect()
 }
@@ -285,6 +327,19 @@ pub fn assemble(
             queued_prompt_tokens: value(Measure::QueuedPromptTokens, key),
             kv_usage: value(Measure::KvUsage, key),
             reporting_replicas: value(Measure::Replicas, key),
+            applied: {
+                let span = |setting| {
+                    Span::of(
+                        value(Measure::Applied { setting, greatest: false }, key),
+                        value(Measure::Applied { setting, greatest: true }, key),
+                    )
+                };
+                AppliedSettings {
+                    max_batch_size: span(Setting::MaxBatchSize),
+                    max_num_batched_tokens: span(Setting::MaxNumBatchedTokens),
+                    batch_wait_ms: span(Setting::BatchWaitMs),
+                }
+            },
         };
         let age = (now - newest).max(0.0);
         let freshness = if age > staleness { Freshness::Stale { age } } else { Freshness::Fresh };
@@ -338,14 +393,14 @@ mod tests {
             (0..500).map(|i| request(&format!("ns{}", i % 7), &format!("s{i}"), 0.95, 300.0)).collect();
         assert_eq!(plan(&many), one);
         // 3 percentiles + 3 sample counts + 3 rates + the short request rate + the prompt
-        // length's percentile + 6 gauges.
-        assert_eq!(one.len(), 17);
+        // length's percentile + 6 gauges + 3 settings' least and greatest.
+        assert_eq!(one.len(), 23);
         // A second percentile on the same window adds its 3 percentiles and its prompt-length
         // percentile; a second window adds those 4 and 3 counts.
         let two_q = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.99, 300.0)]);
-        assert_eq!(two_q.len(), 21);
+        assert_eq!(two_q.len(), 27);
         let two_w = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.95, 120.0)]);
-        assert_eq!(two_w.len(), 24);
+        assert_eq!(two_w.len(), 30);
         assert!(plan(&[]).is_empty());
     }
 
@@ -368,7 +423,10 @@ mod tests {
             &"avg by (namespace, inferenceservice) (vllm:kv_cache_usage_perc{job=\"pacer-engines\"})"
         ));
         // Every series read is the engine job's: another job's cannot speak for a service.
-        assert!(text.iter().all(|q| q.contains("{job=\"pacer-engines\"}")), "{text:?}");
+        assert!(text.iter().all(|q| q.contains("{job=\"pacer-engines\"")), "{text:?}");
+        assert!(text.contains(
+            &"max by (namespace, inferenceservice) (pacer_engine_setting{job=\"pacer-engines\",setting=\"max_batch_size\"})"
+        ));
         assert!(text.iter().all(|q| q.contains("by (namespace, inferenceservice")));
     }
 
@@ -413,6 +471,11 @@ mod tests {
             (Measure::Running, "busy", 5.0),
             (Measure::Replicas, "busy", 2.0),
             (Measure::NewestSample, "busy", 1000.0),
+            // Mid-rollout of a batch change: one replica runs 8, the other 16.
+            (Measure::Applied { setting: Setting::MaxBatchSize, greatest: false }, "busy", 8.0),
+            (Measure::Applied { setting: Setting::MaxBatchSize, greatest: true }, "busy", 16.0),
+            (Measure::Applied { setting: Setting::MaxNumBatchedTokens, greatest: false }, "busy", 512.0),
+            (Measure::Applied { setting: Setting::MaxNumBatchedTokens, greatest: true }, "busy", 512.0),
             // Idle: series exist, no traffic in the window.
             (q(Latency::Ttft), "idle", f64::NAN),
             (n(Latency::Ttft), "idle", 0.0),
@@ -427,6 +490,11 @@ mod tests {
         assert_eq!(busy.e2e, Quantile::Missing);
         assert_eq!((busy.request_rate, busy.running, busy.waiting), (Some(2.0), Some(5.0), None));
         assert_eq!(busy.reporting_replicas, Some(2.0));
+        let applied = busy.applied;
+        assert_eq!(applied.max_batch_size, Some(Span { least: 8.0, greatest: 16.0 }));
+        assert_eq!(applied.max_batch_size.map(|s| s.to_string()).as_deref(), Some("8-16"));
+        assert!(applied.max_num_batched_tokens.is_some_and(|s| s.is(512.0)));
+        assert_eq!(applied.batch_wait_ms, None, "not reported: unknown, not zero");
 
         let (stale, idle) = &out[&ServiceKey::new("ns", "idle")];
         assert_eq!(*stale, Freshness::Stale { age: 101.0 });

@@ -29,7 +29,9 @@ pub use capacity::{CapacityModel, EngineConfig, Prediction, Workload};
 pub use decide::{decide, due};
 pub use forecast::Forecast;
 pub use levers::{Direction, Lever, Levers};
-pub use observation::{Freshness, MIN_SAMPLES, Observation, Quantile, Seconds, ServiceMetrics};
+pub use observation::{
+    AppliedSettings, Freshness, MIN_SAMPLES, Observation, Quantile, Seconds, ServiceMetrics, Span,
+};
 pub use profile::{EngineProfile, StepModel};
 pub use spec::PlannerSpec;
 

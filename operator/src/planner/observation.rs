@@ -121,6 +121,52 @@ pub struct ServiceMetrics {
     pub kv_usage: Option<f64>,
     /// Engine replicas reporting metrics.
     pub reporting_replicas: Option<f64>,
+    /// The batch settings the engines report they run (`pacer_engine_setting`), least and
+    /// greatest over replicas; not known for engines that do not report them (vLLM).
+    #[serde(default)]
+    pub applied: AppliedSettings,
+}
+
+/// A setting's least and greatest value over the replicas that report it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Span {
+    /// The least.
+    pub least: f64,
+    /// The greatest.
+    pub greatest: f64,
+}
+
+impl Span {
+    /// The span of `least` and `greatest` when both are known.
+    pub fn of(least: Option<f64>, greatest: Option<f64>) -> Option<Span> {
+        Some(Span { least: least?, greatest: greatest? })
+    }
+
+    /// Whether every replica runs `value`.
+    pub fn is(&self, value: f64) -> bool {
+        self.least == value && self.greatest == value
+    }
+}
+
+impl std::fmt::Display for Span {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.least == self.greatest {
+            write!(f, "{}", self.least)
+        } else {
+            write!(f, "{}-{}", self.least, self.greatest)
+        }
+    }
+}
+
+/// The batch settings the engines report, each over the replicas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct AppliedSettings {
+    /// `max_batch_size`.
+    pub max_batch_size: Option<Span>,
+    /// `max_num_batched_tokens`.
+    pub max_num_batched_tokens: Option<Span>,
+    /// `batch_wait_ms`.
+    pub batch_wait_ms: Option<Span>,
 }
 
 impl ServiceMetrics {
@@ -140,6 +186,7 @@ impl ServiceMetrics {
             queued_prompt_tokens: None,
             kv_usage: None,
             reporting_replicas: None,
+            applied: AppliedSettings::default(),
         }
     }
 }

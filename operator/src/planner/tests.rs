@@ -65,6 +65,7 @@ fn observe(ttft: f64, itl: f64, rate: f64, replicas: i32) -> Observation {
             queued_prompt_tokens: Some(0.0),
             kv_usage: None,
             reporting_replicas: Some(f64::from(replicas)),
+            applied: Default::default(),
         },
         ready_replicas: replicas,
         desired_replicas: replicas,

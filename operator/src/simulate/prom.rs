@@ -292,6 +292,7 @@ impl Prometheus {
             queued_prompt_tokens: self.gauge_sum(|s| s.queued_prompt_tokens),
             kv_usage: self.gauge_sum(|s| s.kv_usage).map(|k| k / live.max(1) as f64),
             reporting_replicas: Some(live as f64),
+            applied: Default::default(),
         };
         let freshness = if live == 0 {
             Freshness::Missing { reason: "no engine series".into() }
