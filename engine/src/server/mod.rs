@@ -293,18 +293,8 @@ pub async fn serve_with_probes(
             () = &mut drained => break,
             accepted = listener.accept() => accepted,
         };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of descriptors or a connection reset while queued: pause, go on.
-                tracing::warn!(error = %e, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limit = server.max_connections, "connection limit reached; closing a new connection");
-            drop(stream);
+        let Some((stream, peer, permit)) = admit(accepted, &connections, server.max_connections, "API").await
+        else {
             continue;
         };
         tasks.spawn(connection(
@@ -360,6 +350,30 @@ async fn connection(
     }
 }
 
+/// An accepted connection with its slot of `connections` (`limit` of them), or `None` when
+/// there is nothing to serve: an accept that failed (out of descriptors, a connection reset
+/// while queued), after a short pause; or a connection over the limit, closed at once.
+async fn admit(
+    accepted: std::io::Result<(tokio::net::TcpStream, std::net::SocketAddr)>,
+    connections: &Arc<tokio::sync::Semaphore>,
+    limit: usize,
+    port: &'static str,
+) -> Option<(tokio::net::TcpStream, std::net::SocketAddr, tokio::sync::OwnedSemaphorePermit)> {
+    let (stream, peer) = match accepted {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(port, error = %e, "accepting a connection failed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return None;
+        }
+    };
+    let Ok(permit) = connections.clone().try_acquire_owned() else {
+        tracing::warn!(port, %peer, limit, "connection limit reached; closing a new connection");
+        return None;
+    };
+    Some((stream, peer, permit))
+}
+
 /// The probe port's accept loop (see [`serve_with_probes`]), until `stop` turns true.
 async fn serve_probes(
     listener: tokio::net::TcpListener,
@@ -375,16 +389,8 @@ async fn serve_probes(
             _ = stopped.wait_for(|s| *s) => break,
             accepted = listener.accept() => accepted,
         };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a probe connection failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limit = PROBE_CONNECTIONS, "probe connection limit reached; closing a new connection");
+        let Some((stream, peer, permit)) = admit(accepted, &connections, PROBE_CONNECTIONS, "probe").await
+        else {
             continue;
         };
         tasks.spawn(connection(stream, peer, permit, router.clone(), header_timeout, stop.clone()));

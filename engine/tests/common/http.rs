@@ -52,12 +52,18 @@ pub async fn start_server(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(server::serve(listener, srv, config.drain_timeout, std::future::pending()));
-    // No kept-alive probe connection: it would hold one of `max_connections` for a while
-    // after this returns (a test of the limit once lost a slot to it).
+    wait_ready(&url).await;
+    (url, scheduler)
+}
+
+/// Waits until `{url}/ready` answers 200. No kept-alive probe connection: it would hold one
+/// of `max_connections` for a while after this returns (a test of the limit once lost a slot
+/// to it).
+async fn wait_ready(url: &str) {
     let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     for _ in 0..200 {
         if client.get(format!("{url}/ready")).send().await.is_ok_and(|r| r.status() == 200) {
-            return (url, scheduler);
+            return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -79,14 +85,8 @@ pub async fn start_with_probes(config: ServeConfig) -> (String, String) {
         config.drain_timeout,
         std::future::pending(),
     ));
-    let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
-    for _ in 0..200 {
-        if client.get(format!("{probe_url}/ready")).send().await.is_ok_and(|r| r.status() == 200) {
-            return (url, probe_url);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("server at {probe_url} never became ready");
+    wait_ready(&probe_url).await;
+    (url, probe_url)
 }
 
 pub fn chat(content: &str, max_tokens: usize) -> Value {
