@@ -33,6 +33,8 @@ import urllib.request
 WORKLOADS = {
     "distinct": ["--input-len", "136"],
     "shared": ["--input-len", "136", "--shared-prefix", "96"],
+    # Long prompts arriving while short streams decode: where the ITL budget matters.
+    "mixed": ["--input-len", "uniform:32:1500"],
 }
 PATHS = {"pacer", "bench", "llama_bin", "model", "llama_model"}
 FIELDS = ["output_throughput", "request_goodput", "p50_ttft_ms", "p95_ttft_ms", "p50_itl_ms", "p95_itl_ms"]

@@ -89,6 +89,11 @@ struct ServeArgs {
     /// Most tokens per scheduler step (decodes plus prompt chunks).
     #[arg(long, env = "PACER_MAX_NUM_BATCHED_TOKENS", default_value_t = 512)]
     max_num_batched_tokens: usize,
+    /// The ITL budget in ms: while streams decode, prompt chunks are cut so a step is predicted
+    /// to take at most this long, by the engine's own fit of its step times (0 = no time bound;
+    /// prompts alone still run at the full token budget).
+    #[arg(long, env = "PACER_MAX_STEP_MS", default_value_t = pacer_engine::scheduler::DEFAULT_MAX_STEP_MS)]
+    max_step_ms: u64,
     /// JSON file with live batch settings, re-read when it changes (a mounted ConfigMap).
     #[arg(long, env = "PACER_SETTINGS_FILE")]
     settings_file: Option<PathBuf>,
@@ -584,6 +589,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         max_batch_size,
         batch_wait_ms,
         max_num_batched_tokens,
+        max_step_ms,
         settings_file,
         max_waiting,
         kv_cache_tokens,
@@ -614,6 +620,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             max_batch_size,
             batch_wait_ms,
             max_num_batched_tokens,
+            max_step_ms,
         },
         settings_file,
         max_waiting,

@@ -4,6 +4,7 @@
 //! model-free functions of [`super::plan`]; this file carries the decisions out.
 
 use super::plan::{self, SeqView};
+use super::step_time::{StepClock, TimeBound};
 use super::{BatchSettings, Command, Event, SharedState, Submission};
 use crate::LoadedModel;
 use crate::generate::{FinishReason, Sequence};
@@ -37,6 +38,8 @@ struct Loop<'a> {
     /// Preempted sequences, oldest first: readmitted before anything new.
     preempted: VecDeque<Active>,
     running: Vec<Active>,
+    /// The running fit of step time against step work, for the ITL budget.
+    clock: StepClock,
 }
 
 pub(super) fn run(
@@ -58,6 +61,7 @@ pub(super) fn run(
         waiting: VecDeque::new(),
         preempted: VecDeque::new(),
         running: Vec::new(),
+        clock: StepClock::new(),
     };
     lp.metrics.set_info(lp.model.model.tier.as_str(), &settings);
     lp.warm_up();
@@ -77,15 +81,31 @@ pub(super) fn run(
 }
 
 impl Loop<'_> {
-    /// One short forward so the first request does not pay for page faults and pool start-up.
+    /// Two short forwards, so the first request does not pay for page faults and pool
+    /// start-up, and the step clock starts with a fit: one of 8 tokens and one of 128, each
+    /// counted as a few steps until real ones replace them.
     fn warm_up(&mut self) {
-        let mut seq = SeqCache::new();
-        let tokens = [self.model.tokenizer.bos().unwrap_or(0); 8];
-        let step = SeqStep { cache: &mut seq, tokens: &tokens, logits: true };
-        if let Err(e) = self.model.model.forward(&mut self.kv, &mut [step]) {
-            tracing::warn!(error = %e, "warm-up step failed");
+        let equiv = plan::attention_equivalent(&self.model.model.config);
+        let bos = self.model.tokenizer.bos().unwrap_or(0);
+        for (run, n) in [8usize, 8, 128].into_iter().enumerate() {
+            let mut seq = SeqCache::new();
+            let tokens = vec![bos; n];
+            let step = SeqStep { cache: &mut seq, tokens: &tokens, logits: true };
+            let started = Instant::now();
+            let result = self.model.model.forward(&mut self.kv, &mut [step]);
+            let took = started.elapsed().as_secs_f64();
+            self.kv.release(&mut seq);
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "warm-up step failed");
+                return;
+            }
+            // The first run pays for page faults: only the later ones teach the clock.
+            if run > 0 {
+                let view = SeqView { cached: 0, blocks: 0, reclaimable: 0, prefill_left: n };
+                self.clock.observe_weighted(plan::step_work(&[view], &[(0, n)], equiv), took, 5.0);
+            }
         }
-        self.kv.release(&mut seq);
+        tracing::info!(fit = ?self.clock.fit(), "step clock seeded");
     }
 
     /// Takes every pending command; blocks while idle. Returns false when all senders are gone.
@@ -292,11 +312,14 @@ impl Loop<'_> {
             })
             .collect();
         let free = self.kv.free_blocks();
+        let equiv = plan::attention_equivalent(&self.model.model.config);
         let budget = plan::StepBudget {
             tokens: self.settings.max_num_batched_tokens,
-            attention_equiv: plan::attention_equivalent(&self.model.model.config),
+            attention_equiv: equiv,
+            time: TimeBound::new(&self.clock, Duration::from_millis(self.settings.max_step_ms)),
         };
         let decided = plan::plan_step_with(&views, budget, free);
+        let work = plan::step_work(&views, &decided.feeds, equiv);
         // Indices shift when victims leave the batch: map the feeds to the survivors' places.
         let shift = |i: usize| i - decided.preempt.iter().filter(|&&v| v < i).count();
         let feeds: Vec<(usize, usize)> = decided.feeds.iter().map(|&(i, n)| (shift(i), n)).collect();
@@ -315,6 +338,7 @@ impl Loop<'_> {
         }
         let rows: usize = plan.iter().map(|(_, t, _)| t.len()).sum();
         self.metrics.batch_size.observe(rows as f64);
+        let started = Instant::now();
         let mut caches: Vec<SeqCache> =
             plan.iter().map(|(i, _, _)| std::mem::take(&mut self.running[*i].seq.cache)).collect();
         let result = {
@@ -379,6 +403,8 @@ impl Loop<'_> {
                 self.finish(*i, reason, now);
             }
         }
+        // The gap the streams saw: the forward and handing out its tokens.
+        self.clock.observe(work, started.elapsed().as_secs_f64());
         self.retire(|a| a.seq.finish().is_some());
     }
 

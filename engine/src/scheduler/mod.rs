@@ -7,15 +7,18 @@
 //! order, while the batch has room and the KV pool can hold the request's prompt) and leave
 //! (finished, or their client went away). Each step spends at most `max_num_batched_tokens`:
 //! every decoding sequence gets its one token first, prompt chunks share the rest, so a long
-//! prompt never stalls running decodes for more than one step. KV blocks are taken as
+//! prompt never stalls running decodes for more than one step; while decodes run, the chunks
+//! are also cut to the ITL budget `max_step_ms` by the engine's own fit of its step times
+//! ([`step_time`]). KV blocks are taken as
 //! sequences grow; when the pool runs out, the newest sequence is preempted and later
 //! recomputed ([`plan`] holds these rules, tested without a model).
 
 mod engine_loop;
 mod plan;
 mod settings;
+mod step_time;
 
-pub use settings::{BatchSettings, watch_settings_file};
+pub use settings::{BatchSettings, DEFAULT_MAX_STEP_MS, watch_settings_file};
 
 use crate::LoadedModel;
 use crate::generate::{FinishReason, GenerateRequest};

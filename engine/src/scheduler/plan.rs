@@ -9,7 +9,12 @@
 //! the newest running sequence is preempted (its blocks freed, to be recomputed later), as
 //! vLLM's recompute preemption does; the oldest sequences keep their progress.
 
+use super::step_time::{TimeBound, Work};
 use crate::model::BLOCK_TOKENS;
+
+/// The fewest prompt tokens the first prompt of a step gets, whatever the time budget says, so
+/// a long prompt always progresses.
+pub const MIN_CHUNK: usize = 16;
 
 /// Blocks that hold `tokens` tokens.
 pub fn blocks_for(tokens: usize) -> usize {
@@ -40,7 +45,7 @@ pub struct StepPlan {
 }
 
 /// What one step may spend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepBudget {
     /// Tokens fed in the step (`--max-num-batched-tokens`).
     pub tokens: usize,
@@ -50,6 +55,10 @@ pub struct StepBudget {
     /// it, so such a chunk is cut to what the budget buys, and the step — and with it the gap
     /// between the running streams' tokens — stays bounded as the prompt gets longer.
     pub attention_equiv: usize,
+    /// The ITL budget (`max_step_ms`), when set and measurable: with decode rows in the step,
+    /// prompt chunks get only the time the decodes leave (never below [`MIN_CHUNK`] for the
+    /// first prompt); with none, it does not apply.
+    pub time: Option<TimeBound>,
 }
 
 /// [`StepBudget::attention_equiv`] of a llama-family model: the weights' multiply-adds per
@@ -68,9 +77,26 @@ fn chunk_cost(cached: usize, n: usize, equiv: usize) -> f64 {
     if equiv == 0 {
         return n as f64;
     }
+    n as f64 + attended(cached, n) / equiv as f64
+}
+
+/// Positions the `n` prompt tokens fed after `cached` ones attend to.
+fn attended(cached: usize, n: usize) -> f64 {
     let n_f = n as f64;
-    let attended = n_f * cached as f64 + n_f * (n_f - 1.0) / 2.0;
-    n_f + attended / equiv as f64
+    n_f * cached as f64 + n_f * (n_f - 1.0) / 2.0
+}
+
+/// The work of the step of `feeds` (`(index into running, tokens)`), what the step clock is
+/// fitted on: its tokens, and their attention in tokens of weight work by multiply-adds.
+pub fn step_work(running: &[SeqView], feeds: &[(usize, usize)], equiv: usize) -> Work {
+    let tokens = feeds.iter().map(|&(_, n)| n as f64).sum();
+    let positions: f64 = feeds.iter().map(|&(i, n)| attended(running[i].cached, n)).sum();
+    Work { tokens, attention: positions / equiv.max(1) as f64 }
+}
+
+/// [`chunk_cost`] summed over `feeds`.
+fn step_units(running: &[SeqView], feeds: &[(usize, usize)], equiv: usize) -> f64 {
+    feeds.iter().map(|&(i, n)| chunk_cost(running[i].cached, n, equiv)).sum()
 }
 
 /// The longest chunk, up to `max`, whose [`chunk_cost`] fits `budget`.
@@ -92,7 +118,7 @@ fn affordable_chunk(cached: usize, max: usize, budget: usize, equiv: usize) -> u
 /// [`plan_step_with`]); the unit tests' shorthand.
 #[cfg(test)]
 pub fn plan_step(running: &[SeqView], token_budget: usize, free_blocks: usize) -> StepPlan {
-    plan_step_with(running, StepBudget { tokens: token_budget, attention_equiv: 0 }, free_blocks)
+    plan_step_with(running, StepBudget { tokens: token_budget, attention_equiv: 0, time: None }, free_blocks)
 }
 
 /// Plans one step over `running` (in admission order, oldest first) with `budget` and
@@ -104,9 +130,11 @@ pub fn plan_step(running: &[SeqView], token_budget: usize, free_blocks: usize) -
 /// until it fits. A prompt chunk that finds no block free waits for a later step rather than
 /// preempting anyone; a step that could feed nothing preempts the newest too, so the oldest
 /// sequence always progresses. A prompt chunk is also cut to what its attention leaves of the
-/// budget (see [`StepBudget::attention_equiv`]), never below one token.
+/// budget (see [`StepBudget::attention_equiv`]), never below one token, and, while decode rows
+/// share the step, to what the ITL budget leaves of the step's time ([`StepBudget::time`]),
+/// never below [`MIN_CHUNK`] for the first prompt.
 pub fn plan_step_with(running: &[SeqView], budget: StepBudget, free_blocks: usize) -> StepPlan {
-    let (token_budget, equiv) = (budget.tokens, budget.attention_equiv);
+    let (token_budget, equiv, budget_time) = (budget.tokens, budget.attention_equiv, budget.time);
     let mut alive: Vec<usize> = (0..running.len()).collect();
     let mut preempt = Vec::new();
     let mut free = free_blocks;
@@ -121,6 +149,12 @@ pub fn plan_step_with(running: &[SeqView], budget: StepBudget, free_blocks: usiz
             let mut left = free - decode_need;
             let mut budget = token_budget.saturating_sub(decoding.len());
             let mut feeds: Vec<(usize, usize)> = decoding.iter().map(|&i| (i, 1)).collect();
+            // What the ITL budget leaves the prompts while streams decode, in tokens with their
+            // attention weighed as it takes time on this machine.
+            let time_equiv = budget_time.map_or(equiv, |t| t.attention_equiv(equiv));
+            let decode_units = step_units(running, &feeds, time_equiv);
+            let mut timed = budget_time.and_then(|t| t.units(decode_units)).map(|u| u - decode_units);
+            let mut first = true;
             for &i in alive.iter().filter(|&&i| running[i].prefill_left > 0) {
                 if budget == 0 {
                     break;
@@ -130,12 +164,20 @@ pub fn plan_step_with(running: &[SeqView], budget: StepBudget, free_blocks: usiz
                 // ones can hold.
                 let room = (s.blocks + left) * BLOCK_TOKENS - s.cached;
                 let most = s.prefill_left.min(budget).min(room);
-                let chunk = affordable_chunk(s.cached, most, budget, equiv).max(most.min(1));
+                let mut chunk = affordable_chunk(s.cached, most, budget, equiv).max(most.min(1));
+                if let Some(units) = timed {
+                    let fits = affordable_chunk(s.cached, chunk, units.max(0.0) as usize, time_equiv);
+                    let floor = if first { MIN_CHUNK.min(chunk) } else { 0 };
+                    chunk = fits.max(floor);
+                }
                 if chunk == 0 {
                     continue;
                 }
+                first = false;
                 left -= new_blocks(i, chunk);
-                budget = budget.saturating_sub(chunk_cost(s.cached, chunk, equiv).ceil() as usize);
+                let cost = chunk_cost(s.cached, chunk, equiv);
+                budget = budget.saturating_sub(cost.ceil() as usize);
+                timed = timed.map(|u| u - chunk_cost(s.cached, chunk, time_equiv));
                 feeds.push((i, chunk));
             }
             if !feeds.is_empty() || alive.len() <= 1 {
@@ -186,7 +228,7 @@ mod tests {
             reclaimable: blocks_for(cached),
             prefill_left: left,
         };
-        let budget = StepBudget { tokens: 512, attention_equiv: 4096 };
+        let budget = StepBudget { tokens: 512, attention_equiv: 4096, time: None };
         // At the start of a prompt attention is cheap: nearly the whole budget.
         let early = plan_step_with(&[prompt(0, 8000)], budget, 1000);
         assert!(early.feeds[0].1 > 450, "{early:?}");
@@ -201,7 +243,7 @@ mod tests {
         let decoding = SeqView { cached: 7000, blocks: blocks_for(7001), reclaimable: 1, prefill_left: 0 };
         let tight = plan_step_with(
             &[decoding, prompt(8000, 100)],
-            StepBudget { tokens: 2, attention_equiv: 4096 },
+            StepBudget { tokens: 2, attention_equiv: 4096, time: None },
             100,
         );
         assert_eq!(tight.feeds, vec![(0, 1), (1, 1)]);
@@ -236,6 +278,35 @@ mod tests {
     const fn admitted(prompt: usize) -> SeqView {
         let blocks = (prompt + 1).div_ceil(BLOCK_TOKENS);
         SeqView { cached: 0, blocks, reclaimable: blocks, prefill_left: prompt }
+    }
+
+    #[test]
+    fn with_streams_decoding_a_prompt_gets_what_the_itl_budget_leaves() {
+        use std::time::Duration;
+        // 10 ms a step + 1 ms a token, 100 ms wanted: 90 tokens a step in all.
+        let time = Some(TimeBound { max_step: Duration::from_millis(100), fit: [0.010, 0.001, 0.001] });
+        let budget = StepBudget { tokens: 512, attention_equiv: 0, time };
+        let plan = plan_step_with(&[decoding(40), decoding(17), admitted(2000)], budget, 1000);
+        assert_eq!(plan.feeds[..2], [(0, 1), (1, 1)]);
+        assert!(matches!(plan.feeds[2], (2, 87..=88)), "{plan:?}");
+        // Nobody decoding: nobody waits on the gap, the prompt gets the whole token budget.
+        let plan = plan_step_with(&[admitted(2000)], budget, 1000);
+        assert_eq!(plan.feeds, vec![(0, 512)]);
+        // 80 decodes take 90 ms alone: the prompt still gets half their time (45 tokens).
+        let mut running: Vec<SeqView> = (0..80).map(|_| decoding(30)).collect();
+        running.push(admitted(2000));
+        let plan = plan_step_with(&running, budget, 1000);
+        assert!(matches!(plan.feeds.last(), Some(&(80, 44..=45))), "{plan:?}");
+        // A slow machine (10 ms a token): the first prompt still moves by MIN_CHUNK, the
+        // second waits, and no decode is skipped.
+        let max_step = Duration::from_millis(100);
+        let slow = StepBudget { time: Some(TimeBound { fit: [0.0, 0.010, 0.010], max_step }), ..budget };
+        let mut running: Vec<SeqView> = (0..9).map(|_| decoding(30)).collect();
+        running.extend([admitted(100), admitted(100)]);
+        let plan = plan_step_with(&running, slow, 1000);
+        let mut want: Vec<(usize, usize)> = (0..9).map(|i| (i, 1)).collect();
+        want.push((9, MIN_CHUNK));
+        assert_eq!(plan.feeds, want);
     }
 
     #[test]

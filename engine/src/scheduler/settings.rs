@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The ITL budget of `pacer-engine serve` when none is given: a step of 100 ms is a gap of
+/// 100 ms in every running stream.
+pub const DEFAULT_MAX_STEP_MS: u64 = 100;
+
 /// The batching knobs the operator moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,11 +20,21 @@ pub struct BatchSettings {
     pub batch_wait_ms: u64,
     /// Most tokens one step processes (decodes plus prompt chunks).
     pub max_num_batched_tokens: usize,
+    /// The ITL budget: while streams decode, prompt chunks are cut so a step is predicted to
+    /// take at most this long (measured by the engine's own fit of its step times); 0 = no
+    /// time bound. Prompts alone still run at the full token budget.
+    #[serde(default)]
+    pub max_step_ms: u64,
 }
 
 impl Default for BatchSettings {
     fn default() -> Self {
-        BatchSettings { max_batch_size: 16, batch_wait_ms: 0, max_num_batched_tokens: 512 }
+        BatchSettings {
+            max_batch_size: 16,
+            batch_wait_ms: 0,
+            max_num_batched_tokens: 512,
+            max_step_ms: DEFAULT_MAX_STEP_MS,
+        }
     }
 }
 
@@ -32,6 +46,12 @@ impl BatchSettings {
         }
         if self.batch_wait_ms > 10_000 {
             return Err(format!("batch_wait_ms must be at most 10000, got {}", self.batch_wait_ms));
+        }
+        if self.max_step_ms > 60_000 {
+            return Err(format!(
+                "max_step_ms must be at most 60000 (0 = no time bound), got {}",
+                self.max_step_ms
+            ));
         }
         if self.max_num_batched_tokens < self.max_batch_size {
             return Err(format!(
@@ -50,12 +70,14 @@ impl BatchSettings {
             max_batch_size: Option<usize>,
             batch_wait_ms: Option<u64>,
             max_num_batched_tokens: Option<usize>,
+            max_step_ms: Option<u64>,
         }
         let p: Partial = serde_json::from_str(text).map_err(|e| format!("not valid settings JSON: {e}"))?;
         let s = BatchSettings {
             max_batch_size: p.max_batch_size.unwrap_or(base.max_batch_size),
             batch_wait_ms: p.batch_wait_ms.unwrap_or(base.batch_wait_ms),
             max_num_batched_tokens: p.max_num_batched_tokens.unwrap_or(base.max_num_batched_tokens),
+            max_step_ms: p.max_step_ms.unwrap_or(base.max_step_ms),
         };
         s.validate()?;
         Ok(s)
@@ -125,5 +147,9 @@ mod tests {
         assert!(BatchSettings::parse_over(base, "max_batch_size=4").unwrap_err().contains("JSON"));
         let err = BatchSettings::parse_over(base, r#"{"max_batch_size": 64, "max_num_batched_tokens": 32}"#);
         assert!(err.unwrap_err().contains("at least max_batch_size"));
+        let err = BatchSettings::parse_over(base, r#"{"max_step_ms": 600000}"#);
+        assert!(err.unwrap_err().contains("max_step_ms"));
+        let s = BatchSettings::parse_over(base, r#"{"max_step_ms": 0}"#).unwrap();
+        assert_eq!(s.max_step_ms, 0);
     }
 }
