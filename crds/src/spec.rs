@@ -370,6 +370,14 @@ pub struct BatchingSpec {
     /// planner keeps it at least the batch size, so every running sequence decodes each step.
     #[serde(default = "default_max_num_batched_tokens")]
     pub max_num_batched_tokens: TokenBudgetRange,
+    /// The engines' ITL budget in ms (`--max-step-ms`): while streams decode, an engine cuts
+    /// prompt chunks so each step is predicted to last at most this long, which bounds every
+    /// running stream's inter-token gap at some cost in TTFT and capacity; the planner predicts
+    /// with it. Unset (the default), the engines run without a time bound and the planner holds
+    /// the ITL target with the token budget, which the simulator finds cheaper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60000))]
+    pub max_step_ms: Option<u32>,
 }
 
 impl Default for BatchingSpec {
@@ -378,6 +386,7 @@ impl Default for BatchingSpec {
             max_batch_size: default_max_batch_size(),
             batch_wait_ms: default_batch_wait_ms(),
             max_num_batched_tokens: default_max_num_batched_tokens(),
+            max_step_ms: None,
         }
     }
 }

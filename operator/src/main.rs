@@ -70,6 +70,9 @@ struct CalibrateArgs {
     /// `--batch-wait-ms` the engine ran with.
     #[arg(long, default_value_t = 0.0)]
     batch_wait_ms: f64,
+    /// `--max-step-ms` the engine ran with (the engine's default is 100; 0 = no time bound).
+    #[arg(long, env = "PACER_CALIBRATE_MAX_STEP_MS", default_value_t = 100)]
+    max_step_ms: u64,
     /// Write the comparisons as JSON here as well.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -443,7 +446,10 @@ fn simulate(args: SimulateArgs) -> Result<()> {
 fn calibrate(args: CalibrateArgs) -> Result<()> {
     use pacer_operator::simulate::{engine::Settings, fidelity};
     let profile = EngineProfile::read(&args.profile)?;
-    let settings = Settings::new(args.max_batch_size, args.batch_wait_ms / 1e3);
+    let settings = Settings {
+        max_step: args.max_step_ms as f64 / 1e3,
+        ..Settings::new(args.max_batch_size, args.batch_wait_ms / 1e3)
+    };
     println!(
         "| run | tier | rate (req/s) | requests | latency | P50 measured | P50 simulated | error | P95 measured | P95 simulated | error |"
     );

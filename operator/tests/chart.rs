@@ -421,6 +421,7 @@ fn every_metric_the_rules_dashboard_and_queries_use_is_exported() {
             max_batch_size: 8,
             batch_wait_ms: 0,
             max_num_batched_tokens: 512,
+            max_step_ms: 80,
         },
     );
     let mut available = exported(&engine.render());

@@ -132,6 +132,7 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
         dir: dir.path().to_path_buf(),
         start_timeout: Duration::from_secs(60),
         drain_timeout: Duration::from_secs(30),
+        max_step_ms: 80,
     };
     let levers = Levers {
         replicas: 1,

@@ -11,21 +11,30 @@ pub const SETTINGS_KEY: &str = "settings.json";
 /// Where engine pods see it.
 pub const SETTINGS_FILE: &str = "/etc/pacer/settings/settings.json";
 
+/// The engines' ITL budget (`max_step_ms`) for `isvc`: `batching.maxStepMs`, or 0 (no time
+/// bound) when unset. Always written, so engines never fall back to their own default, and the
+/// planner predicts the steps the engines run.
+pub fn max_step_ms(isvc: &InferenceService) -> u64 {
+    u64::from(crate::planner::PlannerSpec::from_spec(&isvc.spec).max_step_ms)
+}
+
 /// The settings document the engine parses (`pacer-engine serve --settings-file`).
-pub fn settings_json(levers: &Levers) -> String {
+pub fn settings_json(levers: &Levers, max_step_ms: u64) -> String {
     serde_json::json!({
         "max_batch_size": levers.max_batch_size,
         "batch_wait_ms": levers.batch_wait_ms,
         "max_num_batched_tokens": levers.max_num_batched_tokens.max(levers.max_batch_size),
+        "max_step_ms": max_step_ms,
     })
     .to_string()
 }
 
 /// The settings ConfigMap for `isvc` at `levers`.
 pub fn configmap(isvc: &InferenceService, levers: &Levers) -> ConfigMap {
+    let doc = settings_json(levers, max_step_ms(isvc));
     ConfigMap {
         metadata: child_meta(isvc, settings_name(isvc)),
-        data: Some(BTreeMap::from([(SETTINGS_KEY.to_string(), settings_json(levers))])),
+        data: Some(BTreeMap::from([(SETTINGS_KEY.to_string(), doc)])),
         ..ConfigMap::default()
     }
 }
@@ -49,9 +58,39 @@ mod tests {
         assert_eq!(cm.metadata.name.as_deref(), Some("smol-settings"));
         let doc: serde_json::Value =
             serde_json::from_str(&cm.data.expect("data")[SETTINGS_KEY]).expect("json");
+        // No ITL budget in the spec: written as 0, so the engine does not use its own default.
         assert_eq!(
             doc,
-            serde_json::json!({"max_batch_size": 12, "batch_wait_ms": 4, "max_num_batched_tokens": 256})
+            serde_json::json!({"max_batch_size": 12, "batch_wait_ms": 4, "max_num_batched_tokens": 256, "max_step_ms": 0})
         );
+        let mut isvc = fixtures::isvc();
+        isvc.spec.batching.max_step_ms = Some(45);
+        let cm = configmap(&isvc, &levers);
+        let doc: serde_json::Value =
+            serde_json::from_str(&cm.data.expect("data")[SETTINGS_KEY]).expect("json");
+        assert_eq!(doc["max_step_ms"], 45);
+    }
+
+    #[test]
+    fn the_engine_reads_the_document_as_written() {
+        let levers = Levers {
+            replicas: 2,
+            max_batch_size: 24,
+            batch_wait_ms: 3,
+            max_num_batched_tokens: 8,
+            tier: Tier::Native,
+        };
+        let doc = settings_json(&levers, 40);
+        let base = pacer_engine::scheduler::BatchSettings::default();
+        let read =
+            pacer_engine::scheduler::BatchSettings::parse_over(base, &doc).expect("the engine accepts it");
+        // A budget below the batch is raised to it, as the engine requires.
+        let want = pacer_engine::scheduler::BatchSettings {
+            max_batch_size: 24,
+            batch_wait_ms: 3,
+            max_num_batched_tokens: 24,
+            max_step_ms: 40,
+        };
+        assert_eq!(read, want);
     }
 }

@@ -6,7 +6,7 @@ mod configmap;
 mod deployment;
 mod monitoring;
 
-pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, settings_json};
+pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, max_step_ms, settings_json};
 pub use deployment::{
     DRAIN_SECONDS, ENGINE_CONTAINER, HTTP_PORT, PRE_STOP_SLEEP_SECONDS, PROBE_PORT, PROBE_PORT_NAME,
     TERMINATION_GRACE_SECONDS, deployment,

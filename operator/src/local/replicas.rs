@@ -43,6 +43,8 @@ pub struct EngineConfig {
     pub start_timeout: Duration,
     /// Seconds a drain may take (the engine's `--drain-timeout`, and the router's wait).
     pub drain_timeout: Duration,
+    /// The engines' ITL budget ([`crate::build::max_step_ms`]).
+    pub max_step_ms: u64,
 }
 
 /// Where a replica is in its life.
@@ -150,7 +152,8 @@ pub struct Supervisor {
     pool: Arc<Pool>,
     http: reqwest::Client,
     target: Levers,
-    written: Option<(u32, u32)>,
+    /// The settings document last written, so only changes are written.
+    written: Option<String>,
     replicas: Vec<Replica>,
     draining: Vec<Draining>,
     next_id: u32,
@@ -228,14 +231,14 @@ impl Supervisor {
     /// Writes the batch settings when they changed: a temp file renamed over the old one, so
     /// an engine never reads half a document.
     fn write_settings(&mut self) -> Result<(), SupervisorError> {
-        let wanted = (self.target.max_batch_size, self.target.batch_wait_ms);
-        if self.written == Some(wanted) {
+        let wanted = crate::build::settings_json(&self.target, self.config.max_step_ms);
+        if self.written.as_ref() == Some(&wanted) {
             return Ok(());
         }
         let path = self.settings_file();
         let err = |source| SupervisorError::Settings { path: path.display().to_string(), source };
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, crate::build::settings_json(&self.target)).map_err(err)?;
+        std::fs::write(&tmp, &wanted).map_err(err)?;
         std::fs::rename(&tmp, &path).map_err(err)?;
         self.written = Some(wanted);
         Ok(())
@@ -349,6 +352,7 @@ impl Supervisor {
             .args(["--max-batch-size", &self.target.max_batch_size.to_string()])
             .args(["--batch-wait-ms", &self.target.batch_wait_ms.to_string()])
             .args(["--max-num-batched-tokens", &self.target.max_num_batched_tokens.to_string()])
+            .args(["--max-step-ms", &c.max_step_ms.to_string()])
             .args(["--drain-timeout", &c.drain_timeout.as_secs().to_string()]);
         if let Some(n) = c.context_length {
             command.args(["--context-length", &n.to_string()]);

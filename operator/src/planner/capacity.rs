@@ -78,6 +78,9 @@ pub struct EngineConfig {
     pub max_batch_size: u32,
     /// Most tokens one step carries.
     pub token_budget: u32,
+    /// The engines' ITL budget (`max_step_ms`; 0 = none): while rows decode, a step's prompt
+    /// tokens are cut to what keeps it this short, never below half the decodes' own time.
+    pub max_step_ms: u32,
 }
 
 /// Predicted percentiles of one configuration.
@@ -223,6 +226,10 @@ pub fn tier_named(name: &str) -> Option<Tier> {
     [Tier::F32, Tier::Q8_0, Tier::Native, Tier::Q4_0].into_iter().find(|t| t.as_str() == name)
 }
 
+/// The fewest prompt tokens the engine's first prompt gets in a step, whatever the ITL budget
+/// (`pacer-engine`'s `MIN_CHUNK`).
+const MIN_CHUNK: f64 = 16.0;
+
 fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, quantile: f64) -> Prediction {
     let slots = f64::from(config.max_batch_size.max(1));
     let budget = f64::from(config.token_budget.max(config.max_batch_size).max(1));
@@ -233,9 +240,28 @@ fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, qua
     // Tokens a decode row attends to, on average over its life.
     let context = prompt + output / 2.0;
     let decode_step = |b: f64| step.step_seconds(b, 0.0, b * context);
-    // Prompt tokens a step can carry beside `b` decode rows.
-    let room = |b: f64| (budget - b).max(1.0);
-    let chunks = |tokens: f64, b: f64| (tokens / room(b)).ceil().max(1.0);
+    // Prompt tokens a step can carry beside `b` decode rows: the token budget's room, cut by
+    // the ITL budget as the engine cuts it (prompts keep at least half the decodes' time and
+    // a minimum chunk).
+    let max_step = f64::from(config.max_step_ms) / 1000.0;
+    let room = |b: f64| {
+        let tokens = (budget - b).max(1.0);
+        if max_step <= 0.0 || step.per_prefill_token_s <= 0.0 {
+            return tokens;
+        }
+        let decodes = decode_step(b);
+        let timed = (max_step.max(1.5 * decodes) - decodes) / step.per_prefill_token_s;
+        tokens.min(timed.max(MIN_CHUNK))
+    };
+    // Steps a prompt of `tokens` takes beside a mean batch of `batch` others: the ITL budget
+    // only cuts chunks while others decode, so below one the chunks mix both kinds of step.
+    let chunks = |tokens: f64, batch: f64| {
+        let b = batch.max(1.0);
+        let company = batch.clamp(0.0, 1.0);
+        let alone = (tokens / (budget - b).max(1.0)).ceil().max(1.0);
+        let beside = (tokens / room(b)).ceil().max(1.0);
+        company * beside + (1.0 - company) * alone
+    };
     // Share of the engine's time spent on prompt tokens.
     let prefill_share = (lambda * prompt * step.per_prefill_token_s).min(0.95);
     // Fixed point of Little's law: batch = arrivals × slot-holding time, capped by the slots.
@@ -245,7 +271,7 @@ fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, qua
     for _ in 0..60 {
         let b = batch.max(1.0);
         itl_mean = decode_step(b) / (1.0 - prefill_share);
-        let prefill = prompt * step.per_prefill_token_s + chunks(prompt, b) * decode_step(b);
+        let prefill = prompt * step.per_prefill_token_s + chunks(prompt, batch) * decode_step(b);
         hold = prefill + (output - 1.0).max(0.0) * itl_mean;
         let next = (lambda * hold).min(slots);
         if (next - batch).abs() < 1e-7 {
@@ -267,9 +293,10 @@ fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, qua
 
     // ITL: a mixture of plain decode steps and steps that carry a prompt chunk.
     let plain = decode_step(b);
-    let chunk_share = (lambda * chunks(prompt, b) * itl_mean).min(1.0);
-    // Chunk sizes: spread evenly up to twice the mean chunk, at most the room in a step.
-    let mean_chunk = (prompt / chunks(prompt, b)).min(room(b));
+    let chunk_share = (lambda * chunks(prompt, batch) * itl_mean).min(1.0);
+    // Chunk sizes beside decoding rows (the only ones a stream waits on): spread evenly up to
+    // twice the mean chunk, at most the room in a step.
+    let mean_chunk = (prompt / (prompt / room(b)).ceil().max(1.0)).min(room(b));
     let widest = (2.0 * mean_chunk).min(room(b));
     let itl = if chunk_share <= tail {
         plain
@@ -279,7 +306,7 @@ fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, qua
 
     // TTFT: wait for a slot (Erlang C), wait behind other prompts, then prefill a long prompt.
     let long = load.prompt_tail.unwrap_or(LONG_PROMPT * prompt).max(prompt).max(1.0);
-    let prefill_long = long * step.per_prefill_token_s + chunks(long, b) * decode_step(b);
+    let prefill_long = long * step.per_prefill_token_s + chunks(long, batch) * decode_step(b);
     let prompt_wait = if prefill_share > tail {
         prompt * step.per_prefill_token_s / (1.0 - prefill_share) * (prefill_share / tail).ln()
     } else {
@@ -347,7 +374,7 @@ pub(crate) mod tests {
     }
 
     fn config(batch: u32, budget: u32) -> EngineConfig {
-        EngineConfig { tier: Tier::Native, max_batch_size: batch, token_budget: budget }
+        EngineConfig { tier: Tier::Native, max_batch_size: batch, token_budget: budget, max_step_ms: 0 }
     }
 
     #[test]
@@ -402,6 +429,34 @@ pub(crate) mod tests {
         let wide = model.predict(&config(8, 512), 1, &long(0.5), 0.95).expect("profiled");
         let narrow = model.predict(&config(8, 64), 1, &long(0.5), 0.95).expect("profiled");
         assert!(wide.itl <= narrow.itl, "{narrow:?} vs {wide:?}");
+    }
+
+    #[test]
+    fn the_itl_budget_caps_the_itl_tail_and_costs_ttft_only_beside_decoding_rows() {
+        let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
+        let long = |rate: f64| Workload {
+            request_rate: rate,
+            prompt_tokens: 400.0,
+            output_tokens: 100.0,
+            prompt_tail: None,
+        };
+        let capped = EngineConfig { max_step_ms: 40, ..config(8, 512) };
+        // Busy: the uncapped tail is a step carrying a wide chunk; the budget bounds it near
+        // 40 ms, and prompts pay for it in more steps.
+        let open = model.predict(&config(8, 512), 1, &long(1.9), 0.95).expect("profiled");
+        let bounded = model.predict(&capped, 1, &long(1.9), 0.95).expect("profiled");
+        assert!(open.itl > 0.06 && bounded.itl <= 0.041, "{bounded:?} vs {open:?}");
+        assert!(bounded.ttft > open.ttft && bounded.ttft.is_finite(), "{bounded:?} vs {open:?}");
+        // Moderate: wide chunk steps are rarer than the tail, so the open tail is a plain step;
+        // the budget makes more steps carry chunks, and only costs (why it is opt-in).
+        let open = model.predict(&config(8, 512), 1, &long(1.5), 0.95).expect("profiled");
+        let bounded = model.predict(&capped, 1, &long(1.5), 0.95).expect("profiled");
+        assert!(open.itl < bounded.itl && bounded.itl <= 0.041, "{bounded:?} vs {open:?}");
+        assert!(bounded.ttft > open.ttft, "{bounded:?} vs {open:?}");
+        // Nearly idle: a prompt rarely has company, so the budget barely changes its TTFT.
+        let open = model.predict(&config(8, 512), 1, &long(0.01), 0.95).expect("profiled");
+        let bounded = model.predict(&capped, 1, &long(0.01), 0.95).expect("profiled");
+        assert!(bounded.ttft < 1.05 * open.ttft, "{bounded:?} vs {open:?}");
     }
 
     #[test]

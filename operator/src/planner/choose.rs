@@ -82,7 +82,7 @@ pub fn per_replica(
     shape: &Workload,
     margin: f64,
 ) -> Option<f64> {
-    let config = engine_config(levers);
+    let config = engine_config(levers, spec);
     let c: Correction = correction_for(history, &config);
     model.capacity(
         &config,
@@ -105,12 +105,13 @@ pub fn utilization_for(margin: f64) -> f64 {
     1.0 - (1.0 - margin.clamp(0.0, 1.0)) / 2.0
 }
 
-/// The engine settings and tier of `levers`.
-pub fn engine_config(levers: &Levers) -> EngineConfig {
+/// The engine settings and tier of `levers`, with the ITL budget of `spec`.
+pub fn engine_config(levers: &Levers, spec: &PlannerSpec) -> EngineConfig {
     EngineConfig {
         tier: levers.tier,
         max_batch_size: levers.max_batch_size,
         token_budget: levers.max_num_batched_tokens.max(levers.max_batch_size),
+        max_step_ms: spec.max_step_ms,
     }
 }
 
@@ -245,7 +246,7 @@ pub fn worst_ratio(
     shape: &Workload,
     rate: f64,
 ) -> f64 {
-    let config = engine_config(levers);
+    let config = engine_config(levers, spec);
     let c = correction_for(history, &config);
     match model.predict(&config, levers.replicas, &shape.at_rate(rate), spec.quantile()) {
         Some(p) if p.stable() => (c.ttft * p.ttft / spec.ttft_target).max(c.itl * p.itl / spec.itl_target),

@@ -47,6 +47,9 @@ pub struct PlannerSpec {
     pub scale_up_stabilization: f64,
     /// Seconds headroom must last before capacity or precision is given back.
     pub scale_down_stabilization: f64,
+    /// The engines' ITL budget in ms (`batching.maxStepMs`; 0 = none), which the operator
+    /// renders into the engines' settings and the capacity model predicts with.
+    pub max_step_ms: u32,
 }
 
 impl PlannerSpec {
@@ -76,6 +79,7 @@ impl PlannerSpec {
             evaluation_interval: secs(&p.evaluation_interval, 30.0),
             scale_up_stabilization: secs(&p.scale_up_stabilization, 60.0),
             scale_down_stabilization: secs(&p.scale_down_stabilization, 300.0),
+            max_step_ms: spec.batching.max_step_ms.unwrap_or(0),
         }
     }
 

@@ -30,6 +30,9 @@ fn spec() -> PlannerSpec {
         evaluation_interval: 15.0,
         scale_up_stabilization: 30.0,
         scale_down_stabilization: 120.0,
+        // The engines' ITL budget is off here: these tests pin the decision rule on the
+        // token budget alone; `capacity::tests` and the simulator cover the budget.
+        max_step_ms: 0,
     }
 }
 
@@ -229,7 +232,7 @@ fn a_violation_the_model_did_not_predict_is_learned_and_met_with_a_replica() {
     assert_eq!(d0.reason, Reason::Stabilizing, "{}", d0.message);
     let d1 = at(40.0, &obs, &cur, &d0.history);
     assert_eq!((d1.reason, d1.levers.replicas), (Reason::TtftViolated, 3), "{}", d1.message);
-    let key = correction_key(&choose::engine_config(&cur));
+    let key = correction_key(&choose::engine_config(&cur, &spec()));
     assert!(d1.history.correction[&key].ttft > 1.5, "{:?}", d1.history.correction);
     // While the replica starts, no second one for the same evidence.
     let mut starting = obs.clone();
@@ -357,7 +360,7 @@ fn the_correction_learns_only_after_a_still_window_and_neighbours_borrow_it() {
     let d = at(60.0, &obs, &cur, &history);
     assert!(d.history.correction.is_empty(), "the window still mixes configurations");
     let d = at(200.0, &obs, &cur, &history);
-    let config = choose::engine_config(&cur);
+    let config = choose::engine_config(&cur, &spec());
     let c = d.history.correction.get(&correction_key(&config)).copied().expect("learned");
     assert!(c.ttft != 1.0 && c.ttft.is_finite());
     // A configuration never tried borrows from the nearest one learned.

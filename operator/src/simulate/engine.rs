@@ -88,14 +88,23 @@ pub struct Settings {
     pub batch_wait: f64,
     /// Most tokens one step carries (`--max-num-batched-tokens`).
     pub token_budget: u32,
+    /// The ITL budget in seconds (`--max-step-ms`; 0 = none): while rows decode, prompt
+    /// chunks are cut so the step lasts at most this long, never below half the decodes' own
+    /// time, and the first prompt moves by at least [`MIN_CHUNK`].
+    pub max_step: f64,
 }
 
 impl Settings {
-    /// `max_batch_size` and `batch_wait` with the engine's default token budget.
+    /// `max_batch_size` and `batch_wait` with the engine's default token budget and no ITL
+    /// budget.
     pub const fn new(max_batch_size: u32, batch_wait: f64) -> Settings {
-        Settings { max_batch_size, batch_wait, token_budget: STEP_TOKEN_BUDGET }
+        Settings { max_batch_size, batch_wait, token_budget: STEP_TOKEN_BUDGET, max_step: 0.0 }
     }
 }
+
+/// The fewest prompt tokens the first prompt of a step gets under the ITL budget
+/// (`pacer-engine`'s).
+pub const MIN_CHUNK: u32 = 16;
 
 #[derive(Debug, Clone, Copy)]
 struct Planned {
@@ -254,9 +263,17 @@ impl Engine {
                 budget = budget.saturating_sub(1);
             }
         }
+        // The ITL budget: with rows decoding, prompts get what the budget leaves of the step.
+        let mut timed =
+            (rows > 0 && settings.max_step > 0.0 && self.step.per_prefill_token_s > 0.0).then(|| {
+                let decodes = self.step.step_seconds(f64::from(rows), 0.0, context as f64);
+                let left = settings.max_step.max(1.5 * decodes) - decodes;
+                (left / self.step.per_prefill_token_s).floor().max(f64::from(MIN_CHUNK)) as u32
+            });
         for (index, s) in self.running.iter().enumerate() {
-            if s.in_prefill() && budget > 0 {
-                let chunk = (s.prompt - s.prefilled).min(budget);
+            if s.in_prefill() && budget > 0 && timed != Some(0) {
+                let chunk = (s.prompt - s.prefilled).min(budget).min(timed.unwrap_or(u32::MAX));
+                timed = timed.map(|t| t - chunk);
                 budget -= chunk;
                 prefill += chunk;
                 plan.push(Planned { index, tokens: chunk, decode: false });

@@ -217,11 +217,14 @@ impl Clock {
     }
 }
 
-fn settings(levers: &Levers) -> Settings {
+/// The engine settings of `levers`, with the ITL budget the operator renders for `spec` (every
+/// policy runs Pacer's engines, so every policy's engines run it).
+fn settings(levers: &Levers, spec: &PlannerSpec) -> Settings {
     Settings {
         max_batch_size: levers.max_batch_size,
         batch_wait: f64::from(levers.batch_wait_ms) / 1000.0,
         token_budget: levers.max_num_batched_tokens,
+        max_step: f64::from(spec.max_step_ms) / 1000.0,
     }
 }
 
@@ -260,7 +263,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
             let seq = Seq::new(next_arrival, now, r.prompt_tokens, r.output_tokens);
             next_arrival += 1;
             scorer.arrival(now);
-            if let Some(id) = fleet.route(seq, now, settings(&levers)) {
+            if let Some(id) = fleet.route(seq, now, settings(&levers, spec)) {
                 clock.engine(&fleet, id);
             }
             continue;
@@ -272,7 +275,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                     continue;
                 }
                 clock.engine_at.remove(&id);
-                fleet.poll(id, at, settings(&levers), &mut done);
+                fleet.poll(id, at, settings(&levers, spec), &mut done);
                 for f in done.drain(..) {
                     scorer.finished(&f);
                 }
@@ -284,7 +287,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                 }
             }
             Event::Ready(id) => {
-                if fleet.mark_ready(id, at, settings(&levers)) {
+                if fleet.mark_ready(id, at, settings(&levers, spec)) {
                     let created = fleet.reconcile(at, levers.replicas, tier_of(&levers)?);
                     for (id, ready_at) in created {
                         clock.push(ready_at, Event::Ready(id));
@@ -329,7 +332,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                         // Live settings reach every engine now (the engines watch their file).
                         let ids: Vec<usize> = fleet.pods.iter().map(|p| p.id).collect();
                         for id in ids {
-                            fleet.poll(id, at, settings(&levers), &mut done);
+                            fleet.poll(id, at, settings(&levers, spec), &mut done);
                             clock.engine(&fleet, id);
                         }
                         for f in done.drain(..) {

@@ -66,7 +66,7 @@ impl Tick<'_> {
         }
         // The model was optimistic here: learn it now, not after a whole window.
         if let Some(load) = Workload::from_metrics(&self.obs.metrics) {
-            let config = engine_config(&cur);
+            let config = engine_config(&cur, s);
             if let Some(p) = self.model.predict(&config, cur.replicas, &load, s.quantile())
                 && p.stable()
             {

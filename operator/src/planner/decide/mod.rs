@@ -311,7 +311,7 @@ impl Tick<'_> {
             return;
         }
         let Some(load) = Workload::from_metrics(&self.obs.metrics) else { return };
-        let config = engine_config(&self.current);
+        let config = engine_config(&self.current, self.spec);
         let Some(p) = self.model.predict(&config, self.current.replicas, &load, self.spec.quantile()) else {
             return;
         };
@@ -350,7 +350,7 @@ impl Tick<'_> {
     /// One sentence on the prediction a move rests on.
     fn predicted(&self, plan: &Plan, history: &History, levers: &Levers) -> String {
         let load = plan.shape.at_rate(plan.forecast.up);
-        let config = engine_config(levers);
+        let config = engine_config(levers, self.spec);
         let c = correction_for(history, &config);
         let Some(p) = self.model.predict(&config, levers.replicas, &load, self.spec.quantile()) else {
             return format!("forecast {:.2} req/s", plan.forecast.up);
@@ -377,7 +377,7 @@ impl Tick<'_> {
         let (ttft, itl) = if sla == SlaState::Violated {
             (verdict.ttft, verdict.itl)
         } else {
-            let config = engine_config(&self.current);
+            let config = engine_config(&self.current, self.spec);
             let c = correction_for(history, &config);
             let load = plan.shape.at_rate(plan.forecast.up);
             match self.model.predict(&config, self.current.replicas, &load, self.spec.quantile()) {
