@@ -193,7 +193,14 @@ fn main() -> Result<()> {
     // The SVG rasterizer logs every cosmetic oddity at warn; keep its errors only.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,usvg=error,resvg=error"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        // Colour only on a terminal, and never under NO_COLOR: redirected logs stay plain text.
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none(),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let Cli { command } = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match command {

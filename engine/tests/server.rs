@@ -458,7 +458,8 @@ fn context_length_caps_what_a_request_may_use() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pacer-engine"))
         .args(["serve", "--port", &port.to_string(), "--served-model-name", MODEL, "--context-length", "32"])
         .env("PACER_MODEL", common::model_path())
-        .stderr(std::process::Stdio::null())
+        .env_remove("NO_COLOR")
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let call = |method: &str, path: &str, body: &str| -> Option<(u16, String)> {
@@ -492,6 +493,11 @@ fn context_length_caps_what_a_request_may_use() {
     assert_eq!(status, 400, "{text}");
     child.kill().unwrap();
     let _ = child.wait();
+    // Logs to a pipe are plain text: no colour codes off a terminal.
+    let mut logs = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut logs).unwrap();
+    assert!(logs.contains("serving"), "{logs}");
+    assert!(!logs.contains('\x1b'), "colour codes in piped logs: {logs:?}");
 }
 
 /// Log probabilities on both endpoints, whole and streamed: one entry per generated token (the
