@@ -373,6 +373,11 @@ pub(crate) mod tests {
         Workload { request_rate: rate, prompt_tokens: 200.0, output_tokens: 100.0, prompt_tail: None }
     }
 
+    /// 400-token prompts, 100-token answers: wide enough that chunk steps can reach the tail.
+    fn long(rate: f64) -> Workload {
+        Workload { prompt_tokens: 400.0, ..load(rate) }
+    }
+
     fn config(batch: u32, budget: u32) -> EngineConfig {
         EngineConfig { tier: Tier::Native, max_batch_size: batch, token_budget: budget, max_step_ms: 0 }
     }
@@ -412,12 +417,6 @@ pub(crate) mod tests {
     #[test]
     fn a_smaller_token_budget_lowers_the_itl_tail_once_chunk_steps_reach_it() {
         let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
-        let long = |rate: f64| Workload {
-            request_rate: rate,
-            prompt_tokens: 400.0,
-            output_tokens: 100.0,
-            prompt_tail: None,
-        };
         // Busy: more than the tail's share of steps carry a prompt chunk, so P95 ITL is such a
         // step, and smaller chunks make it shorter, at some cost in TTFT.
         let wide = model.predict(&config(8, 512), 1, &long(2.0), 0.95).expect("profiled");
@@ -434,12 +433,6 @@ pub(crate) mod tests {
     #[test]
     fn the_itl_budget_caps_the_itl_tail_and_costs_ttft_only_beside_decoding_rows() {
         let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
-        let long = |rate: f64| Workload {
-            request_rate: rate,
-            prompt_tokens: 400.0,
-            output_tokens: 100.0,
-            prompt_tail: None,
-        };
         let capped = EngineConfig { max_step_ms: 40, ..config(8, 512) };
         // Busy: the uncapped tail is a step carrying a wide chunk; the budget bounds it near
         // 40 ms, and prompts pay for it in more steps.
