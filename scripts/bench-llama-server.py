@@ -2,7 +2,10 @@
 """Serving benchmark: `pacer-engine serve` against llama.cpp's C++ `llama-server`, both with
 continuous batching, on q4_0 weights (llama.cpp's fastest CPU format: it repacks q4_0 for AVX2),
 the same threads and the same load from pacer-bench. Each level gets a fresh server sized for it:
-llama-server `--parallel C` (one slot per client), Pacer `--max-batch-size C`.
+llama-server `--parallel C` (one slot per client), Pacer `--max-batch-size C`. With
+`--llama-parallel N`, llama-server also runs with N slots at every level above N (a client
+beyond the slots waits in its queue), which is its best throughput when fewer, fuller slots beat
+one per client; the tables then show Pacer against both.
 
 Settings (each a pair of servers measured side by side):
   cache on:  Pacer with its prefix cache (its default) | llama-server with its prompt cache (its default)
@@ -10,6 +13,7 @@ Settings (each a pair of servers measured side by side):
 Workloads (chat requests, --ignore-eos, fixed output length):
   distinct: every prompt different (only the chat template's system turn repeats)
   shared:   every prompt starts with the same words (a shared system prompt)
+  mixed:    prompt lengths uniform in 32..1500 words: long prompts arrive while short streams decode
 Each level uses its own seed, so no prompt repeats across levels; both servers get the same
 prompts. The server order turns each round.
 Reports the median over rounds of output tok/s, goodput at the SLA, P50/P95 TTFT and ITL, and
@@ -78,13 +82,21 @@ def stop(proc):
         proc.wait()
 
 
-def server_cmd(args, name, cache, port, c):
+def slots_of(name, c):
+    """llama-server's slots: one per client, or the fixed count of a `llama-server-npN` variant."""
+    return int(name.rsplit("-np", 1)[1]) if "-np" in name else c
+
+
+def server_cmd(args, name, cache, workload, port, c):
     if name == "pacer":
         return [args.pacer, "serve", "--model", args.model, "--tier", "q4_0", "--threads", str(args.threads),
                 "--port", str(port), "--served-model-name", "smol",
                 "--max-batch-size", str(c), "--prefix-caching", "true" if cache else "false"], "/ready"
+    # llama-server splits its context evenly over its slots; a mixed-workload prompt needs ~2,100.
+    slots = slots_of(name, c)
+    per_slot = 3072 if workload == "mixed" else 1024
     cmd = [os.path.join(args.llama_bin, "llama-server"), "-m", args.llama_model, "-t", str(args.threads),
-           "-tb", str(args.threads), "-np", str(c), "-c", str(1024 * c),
+           "-tb", str(args.threads), "-np", str(slots), "-c", str(per_slot * slots),
            "--host", "127.0.0.1", "--port", str(port), "--no-webui", "-a", "smol"]
     if not cache:
         cmd.append("--no-cache-prompt")
@@ -103,28 +115,43 @@ def level(args, url, workload, c, seed, out):
     return {k: r.get(k) for k in FIELDS + ["completed", "failed"]}
 
 
-def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels):
+def peers(llama_parallel):
+    return ["llama-server"] + ([f"llama-server-np{llama_parallel}"] if llama_parallel else [])
+
+
+def runs_at(name, c):
+    """Whether `name` runs at concurrency `c` (a fixed-slot variant only where it differs)."""
+    return "-np" not in name or c > slots_of(name, c)
+
+
+def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0):
     print(f"threads={threads}, q4_0, chat, {max_tokens} output tokens, median of {rounds} rounds; "
           f"SLA TTFT ≤ {slo_ttft_ms:.0f} ms and TPOT ≤ {slo_tpot_ms:.0f} ms; Pacer / llama-server\n")
     for cache in settings:
         for workload in workloads:
-            print(f"cache {'on' if cache else 'off'}, {workload} prompts\n")
-            print("| concurrency | output tok/s | goodput req/s | P50 TTFT ms | P95 TTFT ms | P50 ITL ms | P95 ITL ms | failed |")
-            print("|---:|---|---|---|---|---|---|---|")
-            for c in levels:
-                p = med[f"{'on' if cache else 'off'}|{workload}|pacer|{c}"]
-                l = med[f"{'on' if cache else 'off'}|{workload}|llama-server|{c}"]
+            for peer in peers(llama_parallel):
+                if not any(runs_at(peer, c) for c in levels):
+                    continue
+                slots = "one slot per client" if peer == "llama-server" else f"--parallel {slots_of(peer, 0)}"
+                print(f"cache {'on' if cache else 'off'}, {workload} prompts, llama-server {slots}\n")
+                print("| concurrency | output tok/s | goodput req/s | P50 TTFT ms | P95 TTFT ms | P50 ITL ms | P95 ITL ms | failed |")
+                print("|---:|---|---|---|---|---|---|---|")
+                for c in levels:
+                    if not runs_at(peer, c):
+                        continue
+                    p = med[f"{'on' if cache else 'off'}|{workload}|pacer|{c}"]
+                    l = med[f"{'on' if cache else 'off'}|{workload}|{peer}|{c}"]
 
-                def ratio(f, digits):
-                    a, b = p[f], l[f]
-                    r = f"**{a / b:.2f}×**" if b else "—"
-                    return f"{a:.{digits}f} / {b:.{digits}f} = {r}"
+                    def ratio(f, digits):
+                        a, b = p[f], l[f]
+                        r = f"**{a / b:.2f}×**" if b else "—"
+                        return f"{a:.{digits}f} / {b:.{digits}f} = {r}"
 
-                cells = [ratio("output_throughput", 0), ratio("request_goodput", 2), ratio("p50_ttft_ms", 0),
-                         ratio("p95_ttft_ms", 0), ratio("p50_itl_ms", 1), ratio("p95_itl_ms", 1),
-                         f"{p['failed']} / {l['failed']}"]
-                print(f"| {c} | " + " | ".join(cells) + " |")
-            print()
+                    cells = [ratio("output_throughput", 0), ratio("request_goodput", 2), ratio("p50_ttft_ms", 0),
+                             ratio("p95_ttft_ms", 0), ratio("p50_itl_ms", 1), ratio("p95_itl_ms", 1),
+                             f"{p['failed']} / {l['failed']}"]
+                    print(f"| {c} | " + " | ".join(cells) + " |")
+                print()
 
 
 def main():
@@ -142,6 +169,8 @@ def main():
     ap.add_argument("--slo-tpot-ms", type=float, default=100)
     ap.add_argument("--settings", default="on,off", help="cache settings to run: on, off or both")
     ap.add_argument("--workloads", default="distinct,shared")
+    ap.add_argument("--llama-parallel", type=int, default=0,
+                    help="also run llama-server with this many slots at every level above it (0: off)")
     ap.add_argument("--json-out")
     ap.add_argument("--report", help="print the tables of a saved --json-out file and exit")
     args = ap.parse_args()
@@ -150,19 +179,20 @@ def main():
             saved = json.load(f)
         a = saved["args"]
         render(saved["medians"], a["threads"], a["max_tokens"], a["rounds"], a["slo_ttft_ms"], a["slo_tpot_ms"],
-               [x == "on" for x in a["settings"].split(",")], a["workloads"].split(","), a["levels"])
+               [x == "on" for x in a["settings"].split(",")], a["workloads"].split(","), a["levels"],
+               a.get("llama_parallel", 0))
         return
     args.levels = [int(c) for c in args.concurrency.split(",")]
     settings = [s == "on" for s in args.settings.split(",")]
     workloads = args.workloads.split(",")
     runs = {}  # (setting, workload, server, c) -> [reports]
     tmp = tempfile.mkdtemp(prefix="pacer-vs-llama-server-")
-    total = args.rounds * len(settings) * len(workloads) * 2
+    total = args.rounds * len(settings) * len(workloads) * (1 + len(peers(args.llama_parallel)))
     done = 0
     for rnd in range(args.rounds):
         for cache in settings:
             for workload in workloads:
-                servers = ["pacer", "llama-server"]
+                servers = ["pacer"] + peers(args.llama_parallel)
                 if rnd % 2:
                     servers.reverse()
                 for name in servers:
@@ -170,9 +200,11 @@ def main():
                     print(f"[{done}/{total}] round {rnd + 1}, cache {'on' if cache else 'off'}, {workload}: {name}",
                           file=sys.stderr, flush=True)
                     for c in args.levels:
+                        if not runs_at(name, c):
+                            continue
                         port = free_port()
                         url = f"http://127.0.0.1:{port}"
-                        cmd, ready = server_cmd(args, name, cache, port, c)
+                        cmd, ready = server_cmd(args, name, cache, workload, port, c)
                         proc = start(cmd, url, ready)
                         try:
                             seed = 1000 * (rnd + 1) + c
@@ -184,7 +216,7 @@ def main():
                else float("nan") for f in FIELDS} | {"failed": sum(r["failed"] or 0 for r in v)}
            for k, v in runs.items()}
     render(med, args.threads, args.max_tokens, args.rounds, args.slo_ttft_ms, args.slo_tpot_ms,
-           settings, workloads, args.levels)
+           settings, workloads, args.levels, args.llama_parallel)
     if args.json_out:
         with open(args.json_out, "w") as f:
             # File names only: the report says what ran, not where it lay on this machine.
