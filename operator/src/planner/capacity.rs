@@ -168,11 +168,15 @@ impl CapacityModel {
         limits: Limits,
     ) -> Option<f64> {
         let step = self.step(config.tier)?;
+        let lone = predict_replica(step, config, &shape.at_rate(1e-6), quantile);
+        // What no replica count lowers (a lone request's TTFT, mostly a long prompt's prefill)
+        // is exempt from the margin by `floor_credit`: the margin is room for the queue's swings.
+        let ttft_allowed = limits.ttft + limits.floor_credit * limits.ttft_scale * lone.ttft;
         let holds = |rate: f64| {
             let p = predict_replica(step, config, &shape.at_rate(rate), quantile);
             p.stable()
                 && p.utilization <= limits.utilization
-                && limits.ttft_scale * p.ttft <= limits.ttft
+                && limits.ttft_scale * p.ttft <= ttft_allowed
                 && limits.itl_scale * p.itl <= limits.itl
         };
         if !holds(1e-6) {
@@ -180,7 +184,6 @@ impl CapacityModel {
         }
         // The rate at which the slots alone would be full with lone-request hold times bounds
         // the search from above.
-        let lone = predict_replica(step, config, &shape.at_rate(1e-6), quantile);
         let mut hi = f64::from(config.max_batch_size.max(1))
             / (lone.ttft + shape.output_tokens * lone.itl).max(1e-6)
             * 2.0;
@@ -215,6 +218,11 @@ pub struct Limits {
     pub ttft_scale: f64,
     /// The learned ITL correction.
     pub itl_scale: f64,
+    /// The share of a configuration's TTFT floor (the corrected TTFT of a lone request, which
+    /// no replica count lowers) added to `ttft`: with `ttft` = margin × target and this
+    /// 1 − margin, the margin applies to the part of TTFT the replicas change, and a floor near
+    /// the target does not ask for replicas that cannot help. 0: the margin applies to all of it.
+    pub floor_credit: f64,
     /// The highest predicted utilization (slots, or the engine's time) allowed: near 1 a
     /// queue's percentiles swing from window to window whatever their mean says, and the
     /// percentiles the model predicts there are the least certain.
@@ -455,7 +463,14 @@ pub(crate) mod tests {
     #[test]
     fn capacity_is_the_rate_where_a_limit_binds_and_scales_with_the_correction() {
         let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
-        let limits = Limits { ttft: 1.0, itl: 0.2, ttft_scale: 1.0, itl_scale: 1.0, utilization: 1.0 };
+        let limits = Limits {
+            ttft: 1.0,
+            itl: 0.2,
+            ttft_scale: 1.0,
+            itl_scale: 1.0,
+            floor_credit: 0.0,
+            utilization: 1.0,
+        };
         let c = model.capacity(&config(8, 512), &load(1.0), 0.95, limits).expect("profiled");
         assert!(c > 0.1 && c < 20.0, "{c}");
         let at = |rate: f64| model.predict(&config(8, 512), 1, &load(rate), 0.95).expect("profiled");
@@ -470,5 +485,31 @@ pub(crate) mod tests {
         // A target below a lone request's step: no capacity at all.
         let none = Limits { itl: 0.001, ..limits };
         assert_eq!(model.capacity(&config(8, 512), &load(1.0), 0.95, none), Some(0.0));
+    }
+
+    #[test]
+    fn a_ttft_floor_near_the_target_is_exempt_from_the_margin_by_its_credit() {
+        let model = CapacityModel::from_steps([(Tier::Native, test_step())]);
+        // 2,000-token prompts: a lone request's TTFT is most of a 1 s target.
+        let shape = Workload { prompt_tokens: 2000.0, prompt_tail: Some(2000.0), ..load(1.0) };
+        let lone = model.predict(&config(8, 512), 1, &shape.at_rate(1e-6), 0.95).expect("profiled");
+        assert!(lone.ttft > 0.7 && lone.ttft < 0.95, "{lone:?}");
+        let margin = 0.95;
+        let limits = Limits {
+            ttft: margin,
+            itl: 1.0,
+            ttft_scale: 1.0,
+            itl_scale: 1.0,
+            floor_credit: 0.0,
+            utilization: 1.0,
+        };
+        let strict = model.capacity(&config(8, 512), &shape, 0.95, limits).expect("profiled");
+        let credited = model
+            .capacity(&config(8, 512), &shape, 0.95, Limits { floor_credit: 1.0 - margin, ..limits })
+            .expect("profiled");
+        assert!(credited > strict, "{credited} vs {strict}");
+        // Never past the target itself: at the credited capacity the prediction is within it.
+        let p = model.predict(&config(8, 512), 1, &shape.at_rate(credited), 0.95).expect("profiled");
+        assert!(p.ttft <= margin + (1.0 - margin) * lone.ttft + 1e-9 && p.ttft <= 1.0, "{p:?}");
     }
 }

@@ -93,6 +93,7 @@ pub fn per_replica(
             itl: margin * spec.itl_target,
             ttft_scale: c.ttft,
             itl_scale: c.itl,
+            floor_credit: (1.0 - margin).clamp(0.0, 1.0),
             utilization: utilization_for(margin),
         },
     )
