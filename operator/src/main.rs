@@ -84,7 +84,8 @@ struct SimulateArgs {
     /// test profiles of q8_0 and q4_0.
     #[arg(long, env = "PACER_SIM_PROFILE", value_delimiter = ',', default_value = "builtin")]
     profile: Vec<String>,
-    /// Trace: steady, step, ramp, diurnal, bursty or replay:FILE.jsonl.
+    /// Trace: steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions or
+    /// replay:FILE.jsonl.
     #[arg(long, env = "PACER_SIM_TRACE", default_value = "step")]
     trace: String,
     /// Policy: pacer, llmd-slo, dynamo, kpa, static:N or bound.
