@@ -82,9 +82,9 @@ def stop(proc):
         proc.wait()
 
 
-def slots_of(name, c):
-    """llama-server's slots: one per client, or the fixed count of a `llama-server-npN` variant."""
-    return int(name.rsplit("-np", 1)[1]) if "-np" in name else c
+def fixed_slots(name):
+    """The slots of a `llama-server-npN` variant; None for one slot per client."""
+    return int(name.rsplit("-np", 1)[1]) if "-np" in name else None
 
 
 def server_cmd(args, name, cache, workload, port, c):
@@ -93,7 +93,7 @@ def server_cmd(args, name, cache, workload, port, c):
                 "--port", str(port), "--served-model-name", "smol",
                 "--max-batch-size", str(c), "--prefix-caching", "true" if cache else "false"], "/ready"
     # llama-server splits its context evenly over its slots; a mixed-workload prompt needs ~2,100.
-    slots = slots_of(name, c)
+    slots = fixed_slots(name) or c
     per_slot = 3072 if workload == "mixed" else 1024
     cmd = [os.path.join(args.llama_bin, "llama-server"), "-m", args.llama_model, "-t", str(args.threads),
            "-tb", str(args.threads), "-np", str(slots), "-c", str(per_slot * slots),
@@ -121,7 +121,8 @@ def peers(llama_parallel):
 
 def runs_at(name, c):
     """Whether `name` runs at concurrency `c` (a fixed-slot variant only where it differs)."""
-    return "-np" not in name or c > slots_of(name, c)
+    n = fixed_slots(name)
+    return n is None or c > n
 
 
 def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0):
@@ -132,7 +133,8 @@ def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings,
             for peer in peers(llama_parallel):
                 if not any(runs_at(peer, c) for c in levels):
                     continue
-                slots = "one slot per client" if peer == "llama-server" else f"--parallel {slots_of(peer, 0)}"
+                n = fixed_slots(peer)
+                slots = f"--parallel {n}" if n else "one slot per client"
                 print(f"cache {'on' if cache else 'off'}, {workload} prompts, llama-server {slots}\n")
                 print("| concurrency | output tok/s | goodput req/s | P50 TTFT ms | P95 TTFT ms | P50 ITL ms | P95 ITL ms | failed |")
                 print("|---:|---|---|---|---|---|---|---|")
