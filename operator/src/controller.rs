@@ -137,7 +137,9 @@ pub async fn run(
         selector = scope.selector.as_deref().unwrap_or(""),
         "starting the InferenceService controller"
     );
-    let (filter, namespace_watch) = scope_filter(&client, scope.clone()).await?;
+    // With a selector the operator runs one controller (cluster mode), which takes the
+    // namespace watch's changes as triggers.
+    let (filter, mut namespace_events) = scope_filter(&client, scope.clone()).await?;
     let namespaces: Vec<Option<&str>> = if scope.namespaces.is_empty() {
         vec![None]
     } else {
@@ -155,6 +157,7 @@ pub async fn run(
             &client,
             namespace,
             pod_monitors,
+            namespace_events.take(),
             |stores| Context {
                 recorder: Recorder::new(client.clone(), reporter.clone()),
                 client: client.clone(),
@@ -198,51 +201,53 @@ pub async fn run(
     });
     futures::future::join_all(controllers).await;
     sweeper.abort();
-    if let Some(task) = namespace_watch {
-        task.abort();
-    }
     if let Some(task) = observer_task {
         task.abort();
     }
     Ok(())
 }
 
+/// A stream of the namespaces whose selection changed (they gained or lost the selector's
+/// label), for the controller to look again at the InferenceServices in them.
+type NamespaceEvents = futures::stream::BoxStream<'static, Result<Namespace, watcher::Error>>;
+
 /// The scope's filter: in cluster mode with a selector, a cache of the namespaces it matches,
-/// filled by a watch with that selector (the task returned drives it). The selector is checked
-/// with one list first, so a malformed selector or a missing `list namespaces` permission stops
-/// the start with the cause rather than a watch that retries forever.
+/// filled by a watch with that selector, and that watch's changes (a namespace that gains the
+/// label is acted in at once). The selector is checked with one list first, so a malformed
+/// selector or a missing `list namespaces` permission stops the start with the cause rather
+/// than a watch that retries forever.
 async fn scope_filter(
     client: &Client,
     scope: Scope,
-) -> Result<(ScopeFilter, Option<tokio::task::JoinHandle<()>>), Error> {
+) -> Result<(ScopeFilter, Option<NamespaceEvents>), Error> {
     let Some(selector) = scope.selector.clone().filter(|_| scope.namespaces.is_empty()) else {
-        return Ok((ScopeFilter { scope, selected: None }, None));
+        return Ok((ScopeFilter::new(scope, None), None));
     };
     let api: Api<Namespace> = Api::all(client.clone());
     api.list_metadata(&kube::api::ListParams::default().labels(&selector).limit(1)).await.map_err(|e| {
         Error::Scope(format!("listing the namespaces that --namespace-selector {selector:?} matches: {e}"))
     })?;
     let (reader, writer) = reflector::store();
-    let stream =
-        reflector(writer, watcher(api, watcher::Config::default().labels(&selector)).default_backoff());
-    let task = tokio::spawn(async move {
-        stream
-            .for_each(|event| async move {
+    let events =
+        reflector(writer, watcher(api, watcher::Config::default().labels(&selector)).default_backoff())
+            .touched_objects()
+            .inspect(|event| {
                 if let Err(e) = event {
                     tracing::warn!(error = %e, "watching the selected namespaces");
                 }
             })
-            .await;
-    });
-    Ok((ScopeFilter { scope, selected: Some(reader) }, Some(task)))
+            .boxed();
+    Ok((ScopeFilter::new(scope, Some(reader)), Some(events)))
 }
 
 /// The controller of one namespace (or of all): its child caches, its InferenceService cache,
 /// and the future that runs it until `shutdown`, with the context `ctx` makes around the caches.
+/// A namespace in `namespace_events` has every InferenceService in it reconciled.
 fn controller_in(
     client: &Client,
     namespace: Option<&str>,
     pod_monitors: bool,
+    namespace_events: Option<NamespaceEvents>,
     ctx: impl FnOnce(Stores) -> Context,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> (Stores, Store<InferenceService>, futures::future::BoxFuture<'static, ()>, Arc<Context>) {
@@ -274,9 +279,24 @@ fn controller_in(
     let controller = match pod_monitor_events {
         Some(events) => controller.owns_stream(events),
         None => controller,
+    };
+    let isvc_store = controller.store();
+    let controller = match namespace_events {
+        Some(events) => {
+            let isvcs = isvc_store.clone();
+            controller.watches_stream(events, move |ns: Namespace| {
+                let name = ns.name_any();
+                isvcs
+                    .state()
+                    .iter()
+                    .filter(|isvc| isvc.namespace().as_deref() == Some(name.as_str()))
+                    .map(|isvc| ObjectRef::from_obj(isvc.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+        }
+        None => controller,
     }
     .graceful_shutdown_on(shutdown);
-    let isvc_store = controller.store();
     let ctx = Arc::new(ctx);
     let run = controller.run(reconcile, error_policy, ctx.clone()).for_each(|result| async move {
         if let Err(e) = result {
@@ -324,7 +344,8 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
     ctx.scope.ready().await;
     if !ctx.scope.admits(&ns) {
         // Out of scope: no child, no status, no Event. A namespace that gains the selector's
-        // label is picked up at the next look.
+        // label triggers a reconcile of what is in it (the namespace watch); the slow recheck
+        // only covers a trigger lost to a watch restart.
         tracing::debug!("namespace out of scope (excluded, or not matching --namespace-selector)");
         return Ok(Action::requeue(OUT_OF_SCOPE_RECHECK));
     }
@@ -462,9 +483,10 @@ fn forget_gauges_of(metrics: &Metrics, ns: &str, name: &str) {
     }
 }
 
-/// How often an InferenceService out of scope is looked at again (its namespace may have
-/// gained the selector's label meanwhile).
-const OUT_OF_SCOPE_RECHECK: Duration = Duration::from_secs(20);
+/// How often an InferenceService out of scope is looked at again. A namespace that gains the
+/// selector's label triggers its reconciles at once; this only bounds how long a trigger lost
+/// to a watch restart can delay them, and keeps a large cluster's out-of-scope objects cheap.
+const OUT_OF_SCOPE_RECHECK: Duration = Duration::from_secs(300);
 
 /// How often state of deleted InferenceServices is swept (see [`sweep`]).
 const SWEEP_INTERVAL: Duration = Duration::from_secs(15);

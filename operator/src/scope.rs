@@ -11,6 +11,7 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::runtime::reflector::{ObjectRef, Store};
+use std::sync::Arc;
 
 /// The namespaces excluded unless `--exclude-namespaces` says otherwise: the control plane's
 /// own, where an InferenceService would run pods beside the cluster's system components.
@@ -88,10 +89,18 @@ pub struct ScopeFilter {
     /// The scope.
     pub scope: Scope,
     /// The namespaces whose labels match the selector, from a watch with that selector.
-    pub selected: Option<Store<Namespace>>,
+    selected: Option<Store<Namespace>>,
+    /// Set once `selected` holds its first full list.
+    filled: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl ScopeFilter {
+    /// A filter for `scope`, with the cache of the namespaces its selector matches (`None`
+    /// without a selector, or in namespaced mode).
+    pub fn new(scope: Scope, selected: Option<Store<Namespace>>) -> ScopeFilter {
+        ScopeFilter { scope, selected, filled: Arc::default() }
+    }
+
     /// Whether the operator acts in `namespace` now.
     pub fn admits(&self, namespace: &str) -> bool {
         self.scope.admits(namespace, || {
@@ -100,9 +109,16 @@ impl ScopeFilter {
     }
 
     /// Resolves once the namespace cache holds its first full list (at once without one).
+    /// Every reconcile waits here, many at once at the start: one of them waits on the store
+    /// and the rest on a cell, because a store's readiness future wakes only its last poller
+    /// (the others would wait forever, their InferenceServices never reconciled again).
     pub async fn ready(&self) {
         if let Some(store) = &self.selected {
-            let _ = store.wait_until_ready().await;
+            self.filled
+                .get_or_init(|| async {
+                    let _ = store.wait_until_ready().await;
+                })
+                .await;
         }
     }
 }
@@ -131,6 +147,35 @@ mod tests {
         let none = Scope::new(vec![], owned(&["", " "]), None).expect("scope");
         assert!(none.excluded.is_empty());
         assert!(none.admits("kube-system", || false));
+    }
+
+    /// Many reconciles wait for the namespace cache at once when the operator starts; every one
+    /// of them must go on once the first list is in. (Waiting on the store directly woke the
+    /// last waiter only; the others hung, and their InferenceServices were never looked at
+    /// again, even after their namespace gained the label.)
+    #[tokio::test]
+    async fn every_waiter_goes_on_once_the_namespace_cache_is_filled() {
+        use kube::runtime::{reflector, watcher};
+        let (reader, mut writer) = reflector::store::<Namespace>();
+        let filter =
+            ScopeFilter::new(Scope::new(vec![], vec![], Some("team=a".into())).expect("scope"), Some(reader));
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let filter = filter.clone();
+                tokio::spawn(async move { filter.ready().await })
+            })
+            .collect();
+        // Let every waiter reach the cache before it fills.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(waiters.iter().all(|w| !w.is_finished()), "a waiter went on before the first list");
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        for waiter in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("a waiter was never woken")
+                .expect("waiter");
+        }
     }
 
     #[test]

@@ -582,7 +582,8 @@ async fn a_background_deletion_is_forgotten_and_a_recreated_service_starts_afres
 
 /// Cluster mode with `--namespace-selector`: the operator acts in the namespaces whose labels
 /// match and leaves the others alone (no child, no status); a namespace that gains the label
-/// is picked up; `kube-system` is excluded by default even when it carries the label.
+/// is picked up at once (its watch triggers the reconciles; the out-of-scope recheck is minutes
+/// away); `kube-system` is excluded by default even when it carries the label.
 #[tokio::test]
 async fn a_namespace_selector_and_the_exclusions_bound_where_cluster_mode_acts() {
     let lease = TestNs::new("selector").await;
@@ -628,7 +629,7 @@ async fn a_namespace_selector_and_the_exclusions_bound_where_cluster_mode_acts()
         assert!(left.status.is_none(), "status written in {ns}: {:?}", left.status);
     }
     namespaces.patch(&unlabelled, &PatchParams::default(), &Patch::Merge(&label(true))).await.expect("label");
-    eventually(90, "the namespace that gained the label to be picked up", || acted(unlabelled.clone())).await;
+    eventually(30, "the namespace that gained the label to be picked up", || acted(unlabelled.clone())).await;
     assert!(acted("kube-system".into()).await.is_none(), "acted in kube-system: {}", op.log_text());
     Api::<InferenceService>::namespaced(admin.clone(), "kube-system")
         .delete(&name, &DeleteParams::default())
