@@ -75,7 +75,10 @@ impl OperatorProcess {
             .arg(format!("--lease-namespace={namespace}"))
             .arg(format!("--identity={identity}"))
             .arg(format!("--metrics-addr=127.0.0.1:{port}"))
-            .arg("--lease-duration=4")
+            // The production default: a renewal may take up to 10 s before the leader steps
+            // down, so a loaded test machine does not cost a test its leader. A test that wants
+            // a shorter Lease passes its own `--lease-duration`.
+            .args((!extra.iter().any(|a| a.starts_with("--lease-duration"))).then_some("--lease-duration=15"))
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env(
@@ -133,9 +136,20 @@ impl OperatorProcess {
 
 impl Drop for OperatorProcess {
     fn drop(&mut self) {
+        // A failing test shows what the operator last said (the harness prints a failed test's
+        // stderr), so a timeout can be told from a crash or a lost Lease without the log file.
+        if std::thread::panicking() {
+            let text = self.log_text();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+            eprintln!("--- the last {} lines of {} ---\n{}", tail.len(), self.log.display(), tail.join("\n"));
+        }
         self.stop();
     }
 }
+
+/// Lines of an operator's log shown when a test fails.
+const LOG_TAIL: usize = 40;
 
 /// A plain HTTP/1.1 GET on loopback (the metrics endpoint), without an HTTP client dependency.
 async fn http_get(url: &str) -> Option<String> {
