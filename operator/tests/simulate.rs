@@ -107,6 +107,23 @@ fn pacer_recovers_from_a_step_and_gives_the_replicas_back() {
     assert_eq!(s.failed, 0);
 }
 
+/// The current Dynamo baseline sizes from the step model it fits to the workers' reports: one
+/// replica far below a doubled load scales up on its predictions, never beyond the range, and
+/// every decision names the prediction it acted on.
+#[test]
+fn the_dynamo_baseline_scales_on_the_step_model_it_fits_to_the_workers_reports() {
+    use pacer_operator::simulate::dynamo::Dynamo;
+    let c = config("");
+    let one = calibrate::capacity(&c, 1, &LENGTHS.into()).expect("capacity");
+    let t = trace(Shape::Steady, 3.0 * one, 900.0, 4);
+    let o = simulate(&c, &t, &mut Dynamo::new(&c.spec)).expect("run");
+    let ups: Vec<_> = o.decisions.iter().filter(|d| d.to.replicas > d.from.replicas).collect();
+    assert!(!ups.is_empty(), "never scaled up: {:?}", o.decisions);
+    assert!(ups.iter().all(|d| d.reason.contains("every worker predicts")), "{:?}", ups);
+    let most = o.timeline.iter().map(|w| w.desired).max().expect("windows");
+    assert!((3..=c.spec.max_replicas).contains(&most), "peak {most} replicas for three times one's capacity");
+}
+
 #[test]
 fn pacer_holds_still_under_a_stationary_load() {
     let mut c = config("");

@@ -3,8 +3,9 @@
 //! computed; JSON summaries, per-window timelines, timeline pictures and a Markdown table.
 
 use super::calibrate::{self, Bound, Mix, Profiled};
+use super::dynamo::{Dynamo, DynamoV1};
 use super::pacer::Pacer;
-use super::policy::{Dynamo, Kpa, LlmdSlo, Policy, Static};
+use super::policy::{Kpa, LlmdSlo, Policy, Static};
 use super::score::Outcome;
 use super::trace::{self, Shape, Trace, TraceSpec};
 use super::{SimConfig, SimError, simulate};
@@ -19,8 +20,10 @@ pub enum PolicyName {
     Pacer,
     /// llm-d's SLO saturation law behind an HPA.
     LlmdSlo,
-    /// NVIDIA Dynamo's planner.
+    /// NVIDIA Dynamo's planner (its step model fitted online).
     Dynamo,
+    /// NVIDIA Dynamo's earlier planner (correction factors).
+    DynamoV1,
     /// Knative's KPA.
     Kpa,
     /// A fixed number of replicas.
@@ -36,6 +39,7 @@ impl std::str::FromStr for PolicyName {
             "pacer" => Ok(PolicyName::Pacer),
             "llmd-slo" => Ok(PolicyName::LlmdSlo),
             "dynamo" => Ok(PolicyName::Dynamo),
+            "dynamo-v1" => Ok(PolicyName::DynamoV1),
             "kpa" => Ok(PolicyName::Kpa),
             "bound" => Ok(PolicyName::Bound),
             _ => s
@@ -43,7 +47,9 @@ impl std::str::FromStr for PolicyName {
                 .and_then(|n| n.parse().ok())
                 .filter(|n: &i32| *n >= 1)
                 .map(PolicyName::Static)
-                .ok_or_else(|| format!("`{s}`: expected pacer, llmd-slo, dynamo, kpa, static:N or bound")),
+                .ok_or_else(|| {
+                    format!("`{s}`: expected pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N or bound")
+                }),
         }
     }
 }
@@ -119,7 +125,8 @@ pub fn make_policy(name: &PolicyName, config: &SimConfig, cal: &Calibration) -> 
     Some(match name {
         PolicyName::Pacer => Box::new(Pacer::new(&config.spec, config.profiles.clone())),
         PolicyName::LlmdSlo => Box::new(LlmdSlo::new(&config.spec)),
-        PolicyName::Dynamo => Box::new(Dynamo::new(&config.spec, cal.profiled.clone())),
+        PolicyName::Dynamo => Box::new(Dynamo::new(&config.spec)),
+        PolicyName::DynamoV1 => Box::new(DynamoV1::new(&config.spec, cal.profiled.clone())),
         PolicyName::Kpa => Box::new(Kpa::new(&config.spec)),
         PolicyName::Static(n) => Box::new(Static { replicas: *n }),
         PolicyName::Bound => return None,
@@ -252,7 +259,8 @@ pub fn compare(
     seed: u64,
     out: &Path,
 ) -> Result<Vec<Row>, SimError> {
-    let policies = [PolicyName::Pacer, PolicyName::LlmdSlo, PolicyName::Dynamo, PolicyName::Kpa];
+    let policies =
+        [PolicyName::Pacer, PolicyName::LlmdSlo, PolicyName::Dynamo, PolicyName::DynamoV1, PolicyName::Kpa];
     let mut rows = Vec::new();
     let mut cals = vec![(Mix::from(LENGTHS), cal.clone())];
     for shape in &SHAPES {

@@ -106,6 +106,22 @@ impl Settings {
 /// (`pacer-engine`'s).
 pub const MIN_CHUNK: u32 = 16;
 
+/// One finished step as the engine's scheduler would report it (Dynamo's "forward pass
+/// metrics"): what it carried and how long it took.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepRecord {
+    /// Seconds the step took.
+    pub wall_time: f64,
+    /// Prompt tokens prefilled in it.
+    pub prefill_tokens: u32,
+    /// Requests with a prompt chunk in it.
+    pub prefill_requests: u32,
+    /// Decode rows in it.
+    pub decode_requests: u32,
+    /// Context tokens the decode rows attend to.
+    pub decode_kv_tokens: u64,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Planned {
     index: usize,
@@ -120,8 +136,10 @@ pub struct Engine {
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
     kv_free: u32,
-    /// The step in flight: when it ends and what it carries.
-    in_step: Option<(f64, Vec<Planned>)>,
+    /// The step in flight: when it ends, what it carries, and its record.
+    in_step: Option<(f64, Vec<Planned>, StepRecord)>,
+    /// The last finished step and how many steps have finished.
+    last_step: (StepRecord, u64),
     /// An idle engine's batch-wait deadline.
     wake: Option<f64>,
     /// The engine's Prometheus series.
@@ -139,6 +157,7 @@ impl Engine {
             running: Vec::new(),
             kv_free: KV_CACHE_TOKENS,
             in_step: None,
+            last_step: (StepRecord::default(), 0),
             wake: None,
             metrics: EngineMetrics::default(),
             failed: 0,
@@ -167,6 +186,22 @@ impl Engine {
         waiting + running
     }
 
+    /// The last finished step's record, and the count of finished steps (so a reader can tell
+    /// a new record from one it has seen).
+    pub fn last_step(&self) -> (StepRecord, u64) {
+        self.last_step
+    }
+
+    /// Prompt tokens of the requests waiting for a batch slot.
+    pub fn waiting_prompt_tokens(&self) -> u64 {
+        self.waiting.iter().map(|s| u64::from(s.prompt)).sum()
+    }
+
+    /// Context tokens the running requests attend to now.
+    pub fn running_kv_tokens(&self) -> u64 {
+        self.running.iter().map(|s| u64::from(s.prefilled + s.generated)).sum()
+    }
+
     /// `vllm:kv_cache_usage_perc`.
     pub fn kv_usage(&self) -> f64 {
         1.0 - f64::from(self.kv_free) / f64::from(KV_CACHE_TOKENS)
@@ -174,7 +209,7 @@ impl Engine {
 
     /// When this engine next needs the clock: its step's end or its batch-wait deadline.
     pub fn next_event(&self) -> Option<f64> {
-        self.in_step.as_ref().map(|(t, _)| *t).or(self.wake)
+        self.in_step.as_ref().map(|(t, _, _)| *t).or(self.wake)
     }
 
     /// Accepts a request at `now` and starts a step if the engine was idle.
@@ -186,12 +221,13 @@ impl Engine {
     /// Advances the engine to `now`: finishes the step that ends now (pushing finished
     /// requests into `done`) and starts the next one if there is work.
     pub fn poll(&mut self, now: f64, settings: Settings, done: &mut Vec<Finished>) {
-        if let Some((end, _)) = &self.in_step {
+        if let Some((end, _, _)) = &self.in_step {
             if *end > now {
                 return;
             }
-            let (end, plan) = self.in_step.take().unwrap_or_else(|| unreachable!("checked above"));
+            let (end, plan, record) = self.in_step.take().unwrap_or_else(|| unreachable!("checked above"));
             self.complete(end, &plan, done);
+            self.last_step = (record, self.last_step.1 + 1);
         }
         self.start(now, settings);
     }
@@ -254,7 +290,7 @@ impl Engine {
         }
         let mut budget = settings.token_budget.max(settings.max_batch_size).max(1);
         let mut plan = Vec::with_capacity(self.running.len());
-        let (mut rows, mut context, mut prefill) = (0u32, 0u64, 0u32);
+        let (mut rows, mut context, mut prefill, mut prefilling) = (0u32, 0u64, 0u32, 0u32);
         for (index, s) in self.running.iter().enumerate() {
             if !s.in_prefill() {
                 plan.push(Planned { index, tokens: 1, decode: true });
@@ -276,14 +312,22 @@ impl Engine {
                 timed = timed.map(|t| t - chunk);
                 budget -= chunk;
                 prefill += chunk;
+                prefilling += 1;
                 plan.push(Planned { index, tokens: chunk, decode: false });
             }
         }
         if plan.is_empty() {
             return;
         }
-        let seconds = self.step.step_seconds(f64::from(rows), f64::from(prefill), context as f64);
-        self.in_step = Some((now + seconds.max(1e-6), plan));
+        let seconds = self.step.step_seconds(f64::from(rows), f64::from(prefill), context as f64).max(1e-6);
+        let record = StepRecord {
+            wall_time: seconds,
+            prefill_tokens: prefill,
+            prefill_requests: prefilling,
+            decode_requests: rows,
+            decode_kv_tokens: context,
+        };
+        self.in_step = Some((now + seconds, plan, record));
     }
 
     /// Moves waiting requests into the batch while a slot and their whole KV budget are free.

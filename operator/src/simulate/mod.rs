@@ -16,6 +16,7 @@
 
 pub mod calibrate;
 pub mod compare;
+pub mod dynamo;
 pub mod engine;
 pub mod fidelity;
 pub mod fleet;
@@ -31,7 +32,7 @@ use engine::{Finished, Seq, Settings};
 use fleet::{Fleet, PodState};
 use pacer_crds::{InferenceService, InferenceServiceSpec, Tier};
 use policy::Policy;
-use prom::{Prometheus, Sample};
+use prom::{EngineReport, Prometheus, Sample};
 use score::{Outcome, Scorer};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -316,6 +317,24 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                     fleet.ready_at_tier(tier),
                     levers.replicas,
                 );
+                let mut seen = seen;
+                seen.engines = fleet
+                    .pods
+                    .iter()
+                    .filter(|p| !matches!(p.state, PodState::Starting { .. }))
+                    .map(|p| {
+                        let (last_step, steps) = p.engine.last_step();
+                        EngineReport {
+                            pod: p.id,
+                            serving: matches!(p.state, PodState::Ready),
+                            last_step,
+                            steps,
+                            queued_prefill_tokens: p.engine.queued_prompt_tokens(),
+                            scheduled_kv_tokens: p.engine.running_kv_tokens(),
+                            queued_kv_tokens: p.engine.waiting_prompt_tokens(),
+                        }
+                    })
+                    .collect();
                 let tick = policy.evaluate(at, &seen, &levers);
                 let mut next = tick.levers;
                 next.replicas = next.replicas.clamp(spec.min_replicas, spec.max_replicas);

@@ -2,7 +2,6 @@
 //! baselines, each implemented from its own law (sources in `docs/planner-baselines.md`). A
 //! policy sees only what Prometheus answers ([`Seen`]) and the levers in force.
 
-use super::calibrate::Profiled;
 use super::prom::Seen;
 use crate::planner::{Levers, PlannerSpec};
 use std::collections::VecDeque;
@@ -30,7 +29,7 @@ fn hold(current: &Levers, reason: &str) -> Tick {
     Tick { levers: *current, reason: reason.into() }
 }
 
-fn with_replicas(current: &Levers, n: i32, reason: &str) -> Tick {
+pub(super) fn with_replicas(current: &Levers, n: i32, reason: &str) -> Tick {
     Tick { levers: Levers { replicas: n, ..*current }, reason: reason.into() }
 }
 
@@ -198,68 +197,5 @@ impl Policy for Kpa {
         let desired = desired.clamp(self.spec.min_replicas, self.spec.max_replicas);
         let mode = if self.panic_since.is_some() { "panic" } else { "stable" };
         with_replicas(current, desired, &format!("{mode} concurrency {:.1}", avg(60.0)))
-    }
-}
-
-/// NVIDIA Dynamo's planner, both loops, adapted to one aggregated engine pool:
-/// - throughput-based, every 180 s: the interval's mean TTFT and ITL against the profile's
-///   interpolation at the observed per-replica load give correction factors
-///   (observed / expected); the per-replica throughput at the SLA is the highest profiled rate
-///   whose corrected means meet the targets; replicas = ⌈predicted rate / that throughput⌉
-///   with a constant load predictor (the last interval's rate);
-/// - load-based, every 5 s: +1 replica when a mean latency is over its target, −1 when both
-///   are under 80 % of it, never below the throughput floor, holding while pods start.
-#[derive(Debug, Clone)]
-pub struct Dynamo {
-    spec: PlannerSpec,
-    profile: Profiled,
-    floor: i32,
-    last_throughput: f64,
-}
-
-impl Dynamo {
-    /// For `spec`, with the pre-deployment profile of one replica.
-    pub fn new(spec: &PlannerSpec, profile: Profiled) -> Dynamo {
-        Dynamo { spec: spec.clone(), profile, floor: spec.min_replicas, last_throughput: 0.0 }
-    }
-}
-
-impl Policy for Dynamo {
-    fn name(&self) -> String {
-        "dynamo".into()
-    }
-    fn interval(&self) -> f64 {
-        5.0
-    }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
-        let obs = &seen.observation;
-        let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
-        let mut reason = String::from("load");
-        if now - self.last_throughput >= 180.0 {
-            self.last_throughput = now;
-            if let Some(rate) = obs.metrics.request_rate.filter(|r| *r > 0.0) {
-                let per_replica = rate / f64::from(obs.ready_replicas.max(1));
-                let (exp_ttft, exp_itl) = self.profile.means_at(per_replica);
-                let c_ttft = seen.ttft_mean.map_or(1.0, |m| m / exp_ttft.max(1e-9));
-                let c_itl = seen.itl_mean.map_or(1.0, |m| m / exp_itl.max(1e-9));
-                let capacity = self
-                    .profile
-                    .rate_meeting(self.spec.ttft_target / c_ttft, self.spec.itl_target / c_itl)
-                    .max(1e-6);
-                self.floor = ((rate / capacity).ceil() as i32).clamp(min, max);
-                reason = format!("throughput floor {} (corrections {c_ttft:.2}/{c_itl:.2})", self.floor);
-            }
-        }
-        let starting = obs.desired_replicas > obs.ready_replicas;
-        let mut n = current.replicas.max(self.floor);
-        if !starting && let (Some(ttft), Some(itl)) = (seen.ttft_mean, seen.itl_mean) {
-            if ttft > self.spec.ttft_target || itl > self.spec.itl_target {
-                n = current.replicas + 1;
-                reason = "load: mean latency over target".into();
-            } else if ttft < 0.8 * self.spec.ttft_target && itl < 0.8 * self.spec.itl_target {
-                n = (current.replicas - 1).max(self.floor);
-            }
-        }
-        with_replicas(current, n.clamp(min, max), &reason)
     }
 }

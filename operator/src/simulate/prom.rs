@@ -176,7 +176,8 @@ pub struct Windowed {
 }
 
 /// What the simulator's Prometheus answers at one tick: the planner's observation plus the
-/// means a mean-based baseline (Dynamo) reads.
+/// means a mean-based baseline (Dynamo) reads; and, outside Prometheus, what each ready engine
+/// reports of its scheduler (Dynamo's planner reads its workers' per-step records directly).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Seen {
     /// The planner's view.
@@ -185,6 +186,28 @@ pub struct Seen {
     pub ttft_mean: Option<f64>,
     /// Mean ITL over the rate window.
     pub itl_mean: Option<f64>,
+    /// The ready and draining engines' scheduler reports (filled by the run, not by
+    /// Prometheus).
+    pub engines: Vec<EngineReport>,
+}
+
+/// One running engine's scheduler, as it reports itself at a tick.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineReport {
+    /// The pod.
+    pub pod: usize,
+    /// Whether it takes new requests (false while it drains before it stops).
+    pub serving: bool,
+    /// Its last finished step.
+    pub last_step: super::engine::StepRecord,
+    /// Steps it has finished (a new count means a new record).
+    pub steps: u64,
+    /// Prompt tokens not yet prefilled (waiting requests and the rest of prompts mid-prefill).
+    pub queued_prefill_tokens: u64,
+    /// Context tokens of the running requests.
+    pub scheduled_kv_tokens: u64,
+    /// Prompt tokens of the waiting requests (the context they bring once admitted).
+    pub queued_kv_tokens: u64,
 }
 
 impl Prometheus {
@@ -309,6 +332,7 @@ impl Prometheus {
             },
             ttft_mean: fast_ttft.mean,
             itl_mean: fast_itl.mean,
+            engines: Vec::new(),
         }
     }
 }
