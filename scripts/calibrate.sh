@@ -50,11 +50,14 @@ rows=()
 for tier in $tiers; do
   echo "profiling $tier on one thread" >&2
   "$bin/pacer-engine" profile --model "$model" --tier "$tier" --threads 1 --out "$out/profile-$tier.json" >&2
+  # No prefix caching: the three runs send the same prompts (one seed), and the simulator
+  # models no cache, so a cached second run would measure the cache, not the steps.
   "$bin/pacer-engine" serve --model "$model" --tier "$tier" --threads 1 --port "$port" \
-    >"$out/engine-$tier.log" 2>&1 &
+    --prefix-caching false >"$out/engine-$tier.log" 2>&1 &
   engine_pid=$!
+  # /ready, not /health: the process answers before its scheduler takes requests.
   for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+    curl -sf "http://127.0.0.1:$port/ready" >/dev/null && break
     sleep 0.2
   done
   runs=()
