@@ -219,12 +219,11 @@ struct Kalman {
     x: [f64; 2],
     p: [[f64; 2]; 2],
     points: usize,
-    last: f64,
 }
 
 impl Kalman {
     fn new() -> Kalman {
-        Kalman { x: [0.0, 0.0], p: [[1e3, 0.0], [0.0, 1e3]], points: 0, last: 0.0 }
+        Kalman { x: [0.0, 0.0], p: [[1e3, 0.0], [0.0, 1e3]], points: 0 }
     }
 
     /// Takes one interval's rate and returns the next interval's forecast.
@@ -255,7 +254,6 @@ impl Kalman {
             ];
         }
         self.points += 1;
-        self.last = rate;
         if self.points < 5 { rate } else { (self.x[0] + self.x[1]).max(0.0) }
     }
 }

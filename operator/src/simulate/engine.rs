@@ -181,9 +181,8 @@ impl Engine {
 
     /// `pacer_engine_queued_prompt_tokens`: prompt tokens not yet prefilled.
     pub fn queued_prompt_tokens(&self) -> u64 {
-        let waiting: u64 = self.waiting.iter().map(|s| u64::from(s.prompt)).sum();
         let running: u64 = self.running.iter().map(|s| u64::from(s.prompt - s.prefilled)).sum();
-        waiting + running
+        self.waiting_prompt_tokens() + running
     }
 
     /// The last finished step's record, and the count of finished steps (so a reader can tell

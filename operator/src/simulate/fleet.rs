@@ -4,6 +4,7 @@
 //! no unavailability, and a least-outstanding-requests router spreads requests over ready pods.
 
 use super::engine::{Engine, Finished, Seq, Settings};
+use super::prom::EngineReport;
 use crate::planner::{EngineProfile, Levers};
 use std::collections::VecDeque;
 
@@ -77,6 +78,27 @@ impl Fleet {
     pub fn start_delay(&self, tier: usize) -> f64 {
         let p = &self.profiles[tier];
         self.container_start + p.load_seconds + p.warmup_seconds
+    }
+
+    /// What each running engine (ready or draining) reports of its scheduler: its last step and
+    /// its queue.
+    pub fn reports(&self) -> Vec<EngineReport> {
+        self.pods
+            .iter()
+            .filter(|p| !matches!(p.state, PodState::Starting { .. }))
+            .map(|p| {
+                let (last_step, steps) = p.engine.last_step();
+                EngineReport {
+                    pod: p.id,
+                    serving: p.state == PodState::Ready,
+                    last_step,
+                    steps,
+                    queued_prefill_tokens: p.engine.queued_prompt_tokens(),
+                    scheduled_kv_tokens: p.engine.running_kv_tokens(),
+                    queued_kv_tokens: p.engine.waiting_prompt_tokens(),
+                }
+            })
+            .collect()
     }
 
     /// Pods that serve or will serve (not draining).

@@ -32,7 +32,7 @@ use engine::{Finished, Seq, Settings};
 use fleet::{Fleet, PodState};
 use pacer_crds::{InferenceService, InferenceServiceSpec, Tier};
 use policy::Policy;
-use prom::{EngineReport, Prometheus, Sample};
+use prom::{Prometheus, Sample};
 use score::{Outcome, Scorer};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -309,7 +309,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
             }
             Event::Tick => {
                 let tier = tier_of(&levers)?;
-                let seen = prom.observe(
+                let mut seen = prom.observe(
                     at,
                     spec.quantile(),
                     spec.window,
@@ -317,24 +317,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                     fleet.ready_at_tier(tier),
                     levers.replicas,
                 );
-                let mut seen = seen;
-                seen.engines = fleet
-                    .pods
-                    .iter()
-                    .filter(|p| !matches!(p.state, PodState::Starting { .. }))
-                    .map(|p| {
-                        let (last_step, steps) = p.engine.last_step();
-                        EngineReport {
-                            pod: p.id,
-                            serving: matches!(p.state, PodState::Ready),
-                            last_step,
-                            steps,
-                            queued_prefill_tokens: p.engine.queued_prompt_tokens(),
-                            scheduled_kv_tokens: p.engine.running_kv_tokens(),
-                            queued_kv_tokens: p.engine.waiting_prompt_tokens(),
-                        }
-                    })
-                    .collect();
+                seen.engines = fleet.reports();
                 let tick = policy.evaluate(at, &seen, &levers);
                 let mut next = tick.levers;
                 next.replicas = next.replicas.clamp(spec.min_replicas, spec.max_replicas);
