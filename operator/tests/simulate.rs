@@ -155,17 +155,22 @@ fn pacer_degrades_the_tier_at_max_replicas_and_restores_it() {
     assert_eq!(o.summary.failed, 0);
 }
 
-/// The comparison table's smooth traces (one hour, seed 1, as in `docs/benchmarks.md`): Pacer
-/// holds at least llm-d's attainment at no more than half its replica-seconds, and keeps the
-/// attainment and cost against the bound it has today (deterministic, so any change that loses
-/// them fails here).
+/// The comparison table's smooth traces and the long-prompt chat sessions (one hour, seed 1, as
+/// in `docs/benchmarks.md`): Pacer holds at least llm-d's attainment at no more than half its
+/// replica-seconds, and keeps the attainment and cost against the bound it has today
+/// (deterministic, so any change that loses them fails here). On the chat sessions the TTFT
+/// floor of long prompts sits near the target: summing the percentiles of the waits and of the
+/// prefill (not the percentile of their sum) ran 2.52× the bound there.
 #[test]
-fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_keeps_its_figures() {
+fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_chat_and_keeps_its_figures() {
     let c = config("");
-    let cal = compare::calibrate(&c, &LENGTHS.into()).expect("calibration");
-    for (shape, attainment, vs_bound) in
-        [(Shape::Step, 0.96, 1.24), (Shape::Ramp, 1.0, 1.05), (Shape::Diurnal, 1.0, 1.18)]
-    {
+    for (shape, attainment, vs_bound) in [
+        (Shape::Step, 0.98, 1.36),
+        (Shape::Ramp, 1.0, 1.04),
+        (Shape::Diurnal, 1.0, 1.20),
+        (Shape::ChatSessions, 1.0, 1.78),
+    ] {
+        let cal = compare::calibrate(&c, &compare::mix_of(&shape, 1).expect("mix")).expect("calibration");
         let t = compare::trace_for(&shape, &cal, 1.0, 1).expect("trace");
         let pacer = compare::run_one(&c, &t, &PolicyName::Pacer, &cal).expect("pacer").summary;
         let llmd = compare::run_one(&c, &t, &PolicyName::LlmdSlo, &cal).expect("llmd").summary;

@@ -11,8 +11,9 @@
 //!   over the decode steps stretches each of them.
 //! - Requests beyond the free slots queue: an M/M/c (Erlang C) queue with one server per slot
 //!   gives the waiting-time tail. Prompts also queue for the step's token budget behind other
-//!   prompts (an M/M/1 tail on the prefill work). TTFT at the percentile = both waits + the
-//!   prefill of a long prompt (the observed prompt length at the percentile, when known).
+//!   prompts (an M/M/1 tail on the prefill work). TTFT at the percentile is the percentile of
+//!   both waits plus the request's own prefill, prompt lengths log-normal around the mean and
+//!   the observed length at the percentile ([`super::tail`]).
 //! - ITL's tail is a mixture: most steps carry decode rows only, a share `f` also carries a
 //!   prompt chunk (at most the budget less the decode rows). The percentile lands on the chunk
 //!   steps once `f` exceeds the tail's mass, and rises with `f`: this is why the token budget
@@ -23,6 +24,7 @@
 
 use super::observation::ServiceMetrics;
 use super::profile::{EngineProfile, StepModel};
+use super::tail::{Lengths, Wait, quantile_of_sum};
 use pacer_crds::Tier;
 use std::collections::BTreeMap;
 
@@ -312,37 +314,33 @@ fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, qua
         plain + step.per_prefill_token_s * widest * (1.0 - tail / chunk_share)
     };
 
-    // TTFT: wait for a slot (Erlang C), wait behind other prompts, then prefill a long prompt.
+    // TTFT: wait for a slot (Erlang C), wait behind other prompts (M/M/1 on the prefill work),
+    // then prefill the request's own prompt; the percentile of that sum, prompt lengths fitted
+    // to the mean and the observed length at the percentile.
     let long = load.prompt_tail.unwrap_or(LONG_PROMPT * prompt).max(prompt).max(1.0);
-    let prefill_long = long * step.per_prefill_token_s + chunks(long, batch) * decode_step(b);
-    let prompt_wait = if prefill_share > tail {
-        prompt * step.per_prefill_token_s / (1.0 - prefill_share) * (prefill_share / tail).ln()
-    } else {
-        0.0
-    };
+    let prefill = |tokens: f64| tokens * step.per_prefill_token_s + chunks(tokens, batch) * decode_step(b);
     let ttft = if utilization >= 1.0 {
         f64::INFINITY
     } else {
-        prefill_long + prompt_wait + erlang_c_wait_quantile(slots, offered, hold, quantile)
+        let slot = erlang_c_wait(slots, offered, hold);
+        let behind_prompts = if prefill_share > 0.0 {
+            let service = prompt * step.per_prefill_token_s;
+            Wait { p: prefill_share, rate: (1.0 - prefill_share) / service.max(1e-9) }
+        } else {
+            Wait::NONE
+        };
+        quantile_of_sum(slot, behind_prompts, &Lengths::fit(prompt, long, quantile), prefill, quantile)
     };
     Prediction { ttft, itl, utilization, batch: b }
 }
 
-/// The `quantile` of the waiting time of an M/M/c queue with `c` servers, offered load `a`
-/// (Erlangs) and mean service time `service`: `P(W > t) = C(c, a)·exp(−(c − a)·t/service)`.
-pub fn erlang_c_wait_quantile(c: f64, a: f64, service: f64, quantile: f64) -> f64 {
-    if a <= 0.0 {
-        return 0.0;
+/// The waiting time of an M/M/c queue with `c` servers, offered load `a` (Erlangs) and mean
+/// service time `service`, as a tail `P(W > t) = C(c, a)·exp(−(c − a)·t/service)`.
+pub fn erlang_c_wait(c: f64, a: f64, service: f64) -> Wait {
+    if a <= 0.0 || a >= c {
+        return Wait { p: if a >= c { 1.0 } else { 0.0 }, rate: 1.0 };
     }
-    if a >= c {
-        return f64::INFINITY;
-    }
-    let waiting = erlang_c(c.floor().max(1.0) as u32, a);
-    let tail = 1.0 - quantile;
-    if waiting <= tail {
-        return 0.0;
-    }
-    (waiting / tail).ln() * service / (c - a)
+    Wait { p: erlang_c(c.floor().max(1.0) as u32, a), rate: (c - a) / service.max(1e-9) }
 }
 
 /// Erlang C: the probability that an arrival waits, for `c` servers and offered load `a`.

@@ -51,7 +51,8 @@ pub fn decode(text: &str, now: f64) -> Option<History> {
         .chain(h.pending_scale_up.map(|p| p.1))
         .chain(h.changes.iter().copied())
         .chain(h.in_flight_seen.map(|p| p.0))
-        .chain(h.recent_rates.iter().map(|p| p.0));
+        .chain(h.recent_rates.iter().map(|p| p.0))
+        .chain(h.shape.map(|s| s.at));
     let sane = times.into_iter().all(|t| t.is_finite() && t <= now + SKEW);
     (memory.v == VERSION && sane).then_some(h)
 }
@@ -59,7 +60,7 @@ pub fn decode(text: &str, now: f64) -> Option<History> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::Correction;
+    use crate::planner::{Correction, SeenShape};
 
     /// Just after every time in [`lived`].
     const NOW: f64 = 1_764_000_060.0;
@@ -77,6 +78,12 @@ mod tests {
             in_flight_seen: Some((1_764_000_030.0, 7.0)),
             recent_rates: vec![(1_764_000_000.0, 3.3), (1_764_000_030.0, 4.1)],
             changes: vec![1_764_000_002.5],
+            shape: Some(SeenShape {
+                at: 1_764_000_030.0,
+                prompt: 812.5,
+                prompt_tail: Some(1950.0),
+                output: 96.0,
+            }),
             ..History::default()
         };
         h.last_change.insert("replicas".into(), 1_764_000_002.5);

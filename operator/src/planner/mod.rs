@@ -9,6 +9,7 @@
 //! - [`profile`]: an engine profile (step times per tier) from `pacer-engine profile`.
 //! - [`capacity`]: the queueing model that turns a profile and a load into predicted percentiles
 //!   and per-replica capacity.
+//! - [`tail`]: TTFT's percentile as the percentile of a sum of waits and a prompt's prefill.
 //! - [`forecast`]: the load to plan for, from the leading signals.
 //! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
 //! - [`decide`](mod@decide): trust, learning, and turning the choice into lever moves.
@@ -22,6 +23,7 @@ pub mod memory;
 pub mod observation;
 pub mod profile;
 pub mod spec;
+pub mod tail;
 #[cfg(test)]
 mod tests;
 
@@ -55,8 +57,8 @@ pub enum Reason {
     PrecisionRestored,
     /// Headroom: replicas were given back.
     ReplicasShed,
-    /// The batch settings went back to their initial values (after a warm-up cover, or with
-    /// headroom).
+    /// The batch settings went back to what they were before a warm-up cover tightened them,
+    /// once the new replicas are ready.
     BatchRestored,
     /// The forecast load needs more capacity than runs: replicas (or batch settings that carry
     /// more) were added ahead of a violation.
@@ -215,6 +217,22 @@ pub struct History {
     /// The request rates seen over the last scale-down stabilization window (when, the higher
     /// of the two windows' rates): capacity is given back only below their peak.
     pub recent_rates: Vec<(Seconds, f64)>,
+    /// The request shape, smoothed over evaluations ([`SHAPE_SMOOTHING`]): the prompt length
+    /// at the percentile comes from wide histogram buckets and jumps from window to window.
+    pub shape: Option<SeenShape>,
+}
+
+/// A request shape (tokens per request), as last smoothed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SeenShape {
+    /// When.
+    pub at: Seconds,
+    /// Mean prompt tokens.
+    pub prompt: f64,
+    /// Prompt tokens at the SLA percentile, when observed.
+    pub prompt_tail: Option<f64>,
+    /// Mean generated tokens.
+    pub output: f64,
 }
 
 /// A learned correction of the capacity model: observed percentile / predicted percentile.

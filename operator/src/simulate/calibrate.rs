@@ -190,3 +190,57 @@ impl Profiled {
         best
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::capacity::{CapacityModel, EngineConfig, Limits, Workload};
+    use crate::simulate::{DEFAULT_SPEC, read_spec, test_profile};
+    use pacer_crds::Tier;
+
+    /// The capacity model against the simulator it plans for: one replica of the built-in
+    /// `q8_0` profile on the built-in traces' request mix, the highest rate whose whole-run
+    /// P95s meet the built-in SLA, at the batch settings the planner moves between. The
+    /// figures are in `docs/planner.md`; run with `--nocapture` to see them.
+    #[test]
+    fn the_capacity_model_stays_near_the_simulated_capacity() {
+        let isvc = read_spec(DEFAULT_SPEC).expect("the built-in spec parses");
+        let base = SimConfig::new(&isvc, vec![test_profile(Tier::Q8_0)]).expect("a config");
+        let model = CapacityModel::from_steps([(Tier::Q8_0, test_profile(Tier::Q8_0).step)]);
+        let mix = Mix::Drawn(trace::PROMPT_TOKENS, trace::OUTPUT_TOKENS);
+        // Uniform 64–512 prompt tokens and 32–256 output tokens.
+        let shape = Workload {
+            request_rate: 1.0,
+            prompt_tokens: 288.0,
+            output_tokens: 144.0,
+            prompt_tail: Some(489.6),
+        };
+        let limits = Limits {
+            ttft: base.spec.ttft_target,
+            itl: base.spec.itl_target,
+            ttft_scale: 1.0,
+            itl_scale: 1.0,
+            floor_credit: 0.0,
+            utilization: 1.0,
+        };
+        for (batch, budget) in [(8, 512), (16, 512), (8, 256), (8, 64), (16, 128)] {
+            let mut c = base.clone();
+            c.initial.max_batch_size = batch;
+            c.initial.max_num_batched_tokens = budget;
+            let simulated = capacity(&c, 1, &mix).expect("simulates");
+            let config = EngineConfig {
+                tier: Tier::Q8_0,
+                max_batch_size: batch,
+                token_budget: budget,
+                max_step_ms: 0,
+            };
+            let predicted = model.capacity(&config, &shape, base.spec.quantile(), limits).expect("profiled");
+            println!("batch {batch} / budget {budget}: model {predicted:.2} req/s, simulator {simulated:.2}");
+            let ratio = predicted / simulated;
+            assert!(
+                (0.75..=1.5).contains(&ratio),
+                "{batch}/{budget}: model {predicted} vs simulated {simulated}"
+            );
+        }
+    }
+}

@@ -36,7 +36,7 @@ use super::forecast::{Forecast, RATE_WINDOW};
 use super::levers::{Direction, Lever, Levers};
 use super::observation::{Freshness, Observation, Quantile, Seconds};
 use super::spec::PlannerSpec;
-use super::{Decision, History, Reason, SlaState, correction_for, correction_key};
+use super::{Decision, History, Reason, SeenShape, SlaState, correction_for, correction_key};
 
 /// Weight of the newest ratio in the smoothed signal (reported, and the headroom test of an
 /// unprofiled service).
@@ -57,6 +57,10 @@ pub const SHED_MARGIN: f64 = 0.9;
 /// stabilization window): with the peak and the tighter margin, a hysteresis band, so a load
 /// at the edge does not flap.
 pub const SHED_HEADROOM: f64 = 1.1;
+/// Weight of the newest observation in the smoothed request shape.
+pub const SHAPE_SMOOTHING: f64 = 0.3;
+/// ...when the requests grew longer.
+pub const SHAPE_SMOOTHING_UP: f64 = 0.6;
 /// Weight of the newest observation in a learned correction...
 pub const LEARNING_RATE: f64 = 0.3;
 /// ...and when the observation says the model was optimistic (err toward the SLA).
@@ -199,6 +203,31 @@ pub fn decide(
         history.recent_rates.retain(|(t, _)| now - t < spec.scale_down_stabilization);
         history.recent_rates.push((now, r));
     }
+    if let Some(w) = Workload::from_metrics(m) {
+        let seen = SeenShape {
+            at: now,
+            prompt: w.prompt_tokens,
+            prompt_tail: w.prompt_tail,
+            output: w.output_tokens,
+        };
+        // Longer requests are taken faster than shorter ones: err toward the SLA.
+        let mix = |old: f64, new: f64| {
+            let w = if new > old { SHAPE_SMOOTHING_UP } else { SHAPE_SMOOTHING };
+            w * new + (1.0 - w) * old
+        };
+        history.shape = Some(match history.shape {
+            Some(old) => SeenShape {
+                at: now,
+                prompt: mix(old.prompt, seen.prompt),
+                prompt_tail: match (old.prompt_tail, seen.prompt_tail) {
+                    (Some(a), Some(b)) => Some(mix(a, b)),
+                    (_, b) => b,
+                },
+                output: mix(old.output, seen.output),
+            },
+            None => seen,
+        });
+    }
 
     match tick.plan(&history, growth) {
         Some(plan) => tick.act(&mut history, &plan, verdict, sla),
@@ -280,7 +309,16 @@ impl Tick<'_> {
     /// The forecast and the configurations it calls for; `None` when the model cannot say (no
     /// profile for the tiers, or no load figures).
     fn plan(&self, history: &History, growth: Option<f64>) -> Option<Plan> {
-        let shape = Workload::from_metrics(&self.obs.metrics)?;
+        let seen = Workload::from_metrics(&self.obs.metrics)?;
+        let shape = match history.shape {
+            Some(s) => Workload {
+                prompt_tokens: s.prompt,
+                prompt_tail: s.prompt_tail,
+                output_tokens: s.output,
+                ..seen
+            },
+            None => seen,
+        };
         let mut forecast =
             Forecast::from_metrics(&self.obs.metrics, self.rate_window(), self.horizon(history), growth)?;
         // Capacity goes back only below the peak of the rates seen over the scale-down
@@ -328,6 +366,19 @@ impl Tick<'_> {
             }
             _ => old,
         };
+        eprintln!(
+            "LEARN t={} cfg={:?} n={} rate={:.2} tail={:?} pred_ttft={:.3} obs_ttft={:?} pred_itl={:.4} obs_itl={:?} old={:?}",
+            self.now,
+            correction_key(&config),
+            self.current.replicas,
+            load.request_rate,
+            load.prompt_tail,
+            p.ttft,
+            self.obs.metrics.ttft.seconds(),
+            p.itl,
+            self.obs.metrics.itl.seconds(),
+            entry
+        );
         entry.ttft = update(entry.ttft, self.obs.metrics.ttft.seconds(), p.ttft);
         entry.itl = update(entry.itl, self.obs.metrics.itl.seconds(), p.itl);
     }
@@ -496,7 +547,8 @@ impl Tick<'_> {
         if sla == SlaState::Violated {
             return self.reactive(history, verdict, sla);
         }
-        // 6. Headroom: precision first, then replicas, then the batch settings back.
+        // 6. Headroom: precision first, then replicas; batch settings the rule chose stay (a
+        //    move back to the initial ones is a change that buys nothing the rule asked for).
         self.headroom(history, plan, sla)
     }
 
@@ -657,17 +709,7 @@ impl Tick<'_> {
             let more_precise = s.tier_rank(c.levers.tier) < s.tier_rank(cur.tier);
             c.levers.replicas < cur.replicas || more_precise
         });
-        let batch_back =
-            (cur.max_batch_size, cur.max_num_batched_tokens) != (s.batch_initial, s.budget_initial) && {
-                let initial = Levers {
-                    max_batch_size: s.batch_initial,
-                    max_num_batched_tokens: s.budget_initial.max(s.batch_initial),
-                    ..cur
-                };
-                choose::per_replica(s, self.model, history, &initial, &plan.shape, SHED_MARGIN)
-                    .is_some_and(|cap| f64::from(cur.replicas) * cap >= plan.need_down)
-            };
-        if cheaper.is_none() && !batch_back {
+        if cheaper.is_none() {
             history.headroom_since = None;
             return self.finish(history, cur, Reason::SlaMet, self.predicted(plan, history, &cur), sla);
         }
@@ -715,24 +757,6 @@ impl Tick<'_> {
                     sla,
                 );
             }
-        }
-        if batch_back {
-            let target = Levers {
-                max_batch_size: s.batch_initial,
-                max_num_batched_tokens: s.budget_initial.max(s.batch_initial),
-                ..cur
-            };
-            history.headroom_since = Some(self.now);
-            return self.finish(
-                history,
-                target,
-                Reason::BatchRestored,
-                format!(
-                    "headroom: batch settings back to the initial {}/{}",
-                    target.max_batch_size, target.max_num_batched_tokens
-                ),
-                sla,
-            );
         }
         self.finish(history, cur, Reason::SlaMet, "the SLA holds at the lowest cost allowed".into(), sla)
     }
