@@ -217,7 +217,7 @@ pub struct History {
     /// The request rates seen over the last scale-down stabilization window (when, the higher
     /// of the two windows' rates): capacity is given back only below their peak.
     pub recent_rates: Vec<(Seconds, f64)>,
-    /// The request shape, smoothed over evaluations ([`SHAPE_SMOOTHING`]): the prompt length
+    /// The request shape, smoothed over evaluations ([`decide::SHAPE_SMOOTHING`]): the prompt length
     /// at the percentile comes from wide histogram buckets and jumps from window to window.
     pub shape: Option<SeenShape>,
 }

@@ -27,8 +27,10 @@
 
 mod changes;
 mod fallback;
+mod signals;
 
 pub use changes::lever_changes;
+pub use signals::{SHAPE_SMOOTHING, SHAPE_SMOOTHING_UP, due, note};
 
 use super::capacity::{CapacityModel, Workload};
 use super::choose::{self, Choice, engine_config};
@@ -36,7 +38,7 @@ use super::forecast::{Forecast, RATE_WINDOW};
 use super::levers::{Direction, Lever, Levers};
 use super::observation::{Freshness, Observation, Quantile, Seconds};
 use super::spec::PlannerSpec;
-use super::{Decision, History, Reason, SeenShape, SlaState, correction_for, correction_key};
+use super::{Decision, History, Reason, SlaState, correction_for, correction_key};
 
 /// Weight of the newest ratio in the smoothed signal (reported, and the headroom test of an
 /// unprofiled service).
@@ -57,10 +59,6 @@ pub const SHED_MARGIN: f64 = 0.9;
 /// stabilization window): with the peak and the tighter margin, a hysteresis band, so a load
 /// at the edge does not flap.
 pub const SHED_HEADROOM: f64 = 1.1;
-/// Weight of the newest observation in the smoothed request shape.
-pub const SHAPE_SMOOTHING: f64 = 0.3;
-/// ...when the requests grew longer.
-pub const SHAPE_SMOOTHING_UP: f64 = 0.6;
 /// Weight of the newest observation in a learned correction...
 pub const LEARNING_RATE: f64 = 0.3;
 /// ...and when the observation says the model was optimistic (err toward the SLA).
@@ -71,45 +69,6 @@ pub const STARTING_TIMEOUT: Seconds = 600.0;
 pub const DEFAULT_POD_START: Seconds = 60.0;
 /// An unprofiled service sheds a replica when every ratio is below this.
 pub const HEADROOM: f64 = 0.6;
-
-/// Whether the planner should evaluate now: its interval has passed, or a leading signal
-/// crossed since the last evaluation (the waiting queue grew over the last two observations).
-/// Drivers that observe more often than they evaluate call this on every observation and
-/// [`note`] the observation after.
-pub fn due(spec: &PlannerSpec, observation: &Observation, history: &History, now: Seconds) -> bool {
-    let interval_passed = history.evaluated_at.is_none_or(|t| now - t >= spec.evaluation_interval - 1e-6);
-    let waiting = observation.metrics.waiting.filter(|w| w.is_finite());
-    let growing = match (history.waiting_seen.as_slice(), waiting) {
-        ([a, b], Some(w)) => w > *b && *b > *a && w >= 1.0,
-        _ => false,
-    };
-    let fresh = matches!(observation.freshness, Freshness::Fresh);
-    interval_passed || (fresh && growing)
-}
-
-/// Records an observation's leading signals in the history (for [`due`] and the forecast).
-pub fn note(observation: &Observation, history: &mut History) {
-    let m = &observation.metrics;
-    if let Some(w) = m.waiting.filter(|w| w.is_finite()) {
-        history.waiting_seen.push(w);
-        let excess = history.waiting_seen.len().saturating_sub(2);
-        history.waiting_seen.drain(..excess);
-    }
-    if let (Some(r), Some(w)) = (m.running, m.waiting)
-        && (r + w).is_finite()
-    {
-        history.in_flight_seen = Some((observation.at, r + w));
-    }
-}
-
-/// How fast the requests in flight grew since the last observation noted, per second.
-fn in_flight_growth(observation: &Observation, history: &History) -> Option<f64> {
-    let (at, before) = history.in_flight_seen?;
-    let m = &observation.metrics;
-    let now = m.running? + m.waiting?;
-    let dt = observation.at - at;
-    (dt > 0.0 && now.is_finite()).then(|| (now - before) / dt)
-}
 
 /// Decides the levers for the next interval. Pure: same inputs, same decision.
 pub fn decide(
@@ -167,7 +126,7 @@ pub fn decide(
         }
         Freshness::Fresh => {}
     }
-    let growth = in_flight_growth(observation, &history);
+    let growth = signals::in_flight_growth(observation, &history);
     note(observation, &mut history);
 
     let m = &observation.metrics;
@@ -194,40 +153,7 @@ pub fn decide(
         history.violating_since = None;
     }
     tick.learn(&mut history);
-    if let Some(r) = [m.request_rate, m.request_rate_short]
-        .into_iter()
-        .flatten()
-        .filter(|r| r.is_finite())
-        .reduce(f64::max)
-    {
-        history.recent_rates.retain(|(t, _)| now - t < spec.scale_down_stabilization);
-        history.recent_rates.push((now, r));
-    }
-    if let Some(w) = Workload::from_metrics(m) {
-        let seen = SeenShape {
-            at: now,
-            prompt: w.prompt_tokens,
-            prompt_tail: w.prompt_tail,
-            output: w.output_tokens,
-        };
-        // Longer requests are taken faster than shorter ones: err toward the SLA.
-        let mix = |old: f64, new: f64| {
-            let w = if new > old { SHAPE_SMOOTHING_UP } else { SHAPE_SMOOTHING };
-            w * new + (1.0 - w) * old
-        };
-        history.shape = Some(match history.shape {
-            Some(old) => SeenShape {
-                at: now,
-                prompt: mix(old.prompt, seen.prompt),
-                prompt_tail: match (old.prompt_tail, seen.prompt_tail) {
-                    (Some(a), Some(b)) => Some(mix(a, b)),
-                    (_, b) => b,
-                },
-                output: mix(old.output, seen.output),
-            },
-            None => seen,
-        });
-    }
+    signals::remember(observation, &mut history, spec.scale_down_stabilization, now);
 
     match tick.plan(&history, growth) {
         Some(plan) => tick.act(&mut history, &plan, verdict, sla),
