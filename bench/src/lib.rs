@@ -12,6 +12,8 @@
 //! - [`tokens`]: local token counting (tokenizer.json or GGUF) for servers without usage.
 //! - [`search`]: the highest rate that holds an SLA (pure bracketing and bisection).
 #![forbid(unsafe_code)]
+// Output goes through `tracing` or a returned value; a print in a library is a leftover.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod client;
 pub mod dataset;

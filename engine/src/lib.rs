@@ -10,6 +10,8 @@
 //! - [`bench`], [`profile`]: throughput figures, and the step-time and quality profile the
 //!   operator's planner reads.
 #![deny(unsafe_code)]
+// Output goes through `tracing` or a returned value; a print in a library is a leftover.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod bench;
 pub mod chat;

@@ -16,6 +16,8 @@
 //! - [`simulate`]: a calibrated discrete-event simulator of a service under a scaling policy.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
+// Output goes through `tracing` or a returned value; a print in a library is a leftover.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod apply;
 pub mod build;

@@ -292,19 +292,6 @@ impl Tick<'_> {
             }
             _ => old,
         };
-        eprintln!(
-            "LEARN t={} cfg={:?} n={} rate={:.2} tail={:?} pred_ttft={:.3} obs_ttft={:?} pred_itl={:.4} obs_itl={:?} old={:?}",
-            self.now,
-            correction_key(&config),
-            self.current.replicas,
-            load.request_rate,
-            load.prompt_tail,
-            p.ttft,
-            self.obs.metrics.ttft.seconds(),
-            p.itl,
-            self.obs.metrics.itl.seconds(),
-            entry
-        );
         entry.ttft = update(entry.ttft, self.obs.metrics.ttft.seconds(), p.ttft);
         entry.itl = update(entry.itl, self.obs.metrics.itl.seconds(), p.itl);
     }
