@@ -88,7 +88,8 @@ struct SimulateArgs {
     /// replay:FILE.jsonl.
     #[arg(long, env = "PACER_SIM_TRACE", default_value = "step")]
     trace: String,
-    /// Policy: pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N or bound.
+    /// Policy: pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N, bound, or the references
+    /// hindsight and hindsight-no-lead (the per-window need, known in advance).
     #[arg(long, env = "PACER_SIM_POLICY", default_value = "pacer")]
     policy: String,
     /// InferenceService YAML whose SLA, ranges and policy to simulate [default: a built-in one].

@@ -194,6 +194,29 @@ fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_chat_and_keeps_its_figures(
     }
 }
 
+/// The hindsight references (`docs/benchmarks.md`, one hour, seed 1): on the step trace a
+/// schedule that knows the future holds every window at 1.15× the bound, and the same schedule
+/// learnt only as each window opens (a perfect, instant detector held back by the pod start)
+/// loses the window after the doubling; on the bursty trace even foresight needs far more than
+/// the bound, whose Poisson capacities cannot see bursts shorter than a window.
+#[test]
+fn the_hindsight_references_show_what_no_policy_can_reach() {
+    let c = config("");
+    let run = |shape: Shape, name: &str| {
+        let cal = compare::calibrate(&c, &compare::mix_of(&shape, 1).expect("mix")).expect("calibration");
+        let t = compare::trace_for(&shape, &cal, 1.0, 1).expect("trace");
+        compare::run_one(&c, &t, &name.parse().expect("policy"), &cal).expect("run").summary
+    };
+    let ahead = run(Shape::Step, "hindsight");
+    assert!(ahead.attainment >= 0.99, "foresight holds every window: {}", ahead.attainment);
+    assert!(ahead.vs_bound.expect("bound") <= 1.2, "{:?}", ahead.vs_bound);
+    let late = run(Shape::Step, "hindsight-no-lead");
+    assert!(late.attainment < 0.99, "the doubling window is lost without foresight: {}", late.attainment);
+    let bursty = run(Shape::Bursty, "hindsight");
+    assert!(bursty.attainment >= 0.99, "{}", bursty.attainment);
+    assert!(bursty.vs_bound.expect("bound") >= 1.4, "{:?}", bursty.vs_bound);
+}
+
 /// A leader failover mid-step (issue: a new leader started from an empty history): a new
 /// leader that starts from the memory the old one left in the status makes exactly the
 /// decisions the old one would have, wherever the failover falls; one that starts from nothing

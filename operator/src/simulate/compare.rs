@@ -4,6 +4,7 @@
 
 use super::calibrate::{self, Bound, Mix, Profiled};
 use super::dynamo::{Dynamo, DynamoV1};
+use super::hindsight::{self, Hindsight};
 use super::pacer::Pacer;
 use super::policy::{Kpa, LlmdSlo, Policy, Static};
 use super::score::Outcome;
@@ -28,6 +29,12 @@ pub enum PolicyName {
     Kpa,
     /// A fixed number of replicas.
     Static(i32),
+    /// The per-window need, known in advance (`hindsight`, a pod start ahead) or from each
+    /// window's first tick (`hindsight-no-lead`): references, not policies.
+    Hindsight {
+        /// Whether it asks a pod start ahead.
+        lead: bool,
+    },
     /// The offline lower bound (a number, not a run).
     Bound,
 }
@@ -42,13 +49,15 @@ impl std::str::FromStr for PolicyName {
             "dynamo-v1" => Ok(PolicyName::DynamoV1),
             "kpa" => Ok(PolicyName::Kpa),
             "bound" => Ok(PolicyName::Bound),
+            "hindsight" => Ok(PolicyName::Hindsight { lead: true }),
+            "hindsight-no-lead" => Ok(PolicyName::Hindsight { lead: false }),
             _ => s
                 .strip_prefix("static:")
                 .and_then(|n| n.parse().ok())
                 .filter(|n: &i32| *n >= 1)
                 .map(PolicyName::Static)
                 .ok_or_else(|| {
-                    format!("`{s}`: expected pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N or bound")
+                    format!("`{s}`: expected pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N, hindsight, hindsight-no-lead or bound")
                 }),
         }
     }
@@ -129,7 +138,7 @@ pub fn make_policy(name: &PolicyName, config: &SimConfig, cal: &Calibration) -> 
         PolicyName::DynamoV1 => Box::new(DynamoV1::new(&config.spec, cal.profiled.clone())),
         PolicyName::Kpa => Box::new(Kpa::new(&config.spec)),
         PolicyName::Static(n) => Box::new(Static { replicas: *n }),
-        PolicyName::Bound => return None,
+        PolicyName::Hindsight { .. } | PolicyName::Bound => return None,
     })
 }
 
@@ -140,18 +149,60 @@ pub fn run_one(
     name: &PolicyName,
     cal: &Calibration,
 ) -> Result<Outcome, SimError> {
+    if let PolicyName::Hindsight { lead } = name {
+        return run_hindsight(config, trace, cal, &hindsight_needs(config, trace, cal)?, *lead);
+    }
     let bound = calibrate::bound(config, trace, &cal.capacities);
     let mut policy = make_policy(name, config, cal)
         .ok_or_else(|| SimError::Input("the bound is not a run; use it with --compare or alone".into()))?;
     // Every run starts sized for its first minute (a service already serving its load, as the
     // bound is), and a static one at its size, so no policy pays for a cold start.
-    let mut config = config.clone();
-    config.initial.replicas = match name {
+    let initial = match name {
         PolicyName::Static(n) => *n,
         _ => bound.replicas.first().copied().unwrap_or(config.spec.min_replicas),
-    }
-    .clamp(config.spec.min_replicas, config.spec.max_replicas);
-    let mut outcome = simulate(&config, trace, policy.as_mut())?;
+    };
+    run_from(config, trace, &bound, policy.as_mut(), initial)
+}
+
+/// The per-window needs of the hindsight references, repaired on `hindsight` runs.
+pub fn hindsight_needs(config: &SimConfig, trace: &Trace, cal: &Calibration) -> Result<Vec<i32>, SimError> {
+    hindsight::repaired(config, trace, cal, |need| {
+        let o = run_hindsight(config, trace, cal, need, true)?;
+        Ok(o.timeline.iter().map(|w| w.met).collect())
+    })
+}
+
+/// Runs a hindsight reference on `trace` whose per-window needs are `need`.
+pub fn run_hindsight(
+    config: &SimConfig,
+    trace: &Trace,
+    cal: &Calibration,
+    need: &[i32],
+    lead: bool,
+) -> Result<Outcome, SimError> {
+    let bound = calibrate::bound(config, trace, &cal.capacities);
+    // A pod start of the preferred tier, and a tick to notice it.
+    let pod_start = config
+        .profiles
+        .iter()
+        .find(|p| p.tier == config.spec.preferred_tier.as_str())
+        .map_or(0.0, |p| config.container_start + p.load_seconds + p.warmup_seconds);
+    let lead = if lead { pod_start + hindsight::INTERVAL } else { 0.0 };
+    let mut policy = Hindsight::new(need.to_vec(), config.score_window, lead);
+    let initial = need.first().copied().unwrap_or(config.spec.min_replicas);
+    run_from(config, trace, &bound, &mut policy, initial)
+}
+
+fn run_from(
+    config: &SimConfig,
+    trace: &Trace,
+    bound: &Bound,
+    policy: &mut dyn Policy,
+    initial: i32,
+) -> Result<Outcome, SimError> {
+    let mut config = config.clone();
+    config.initial.replicas = initial.clamp(config.spec.min_replicas, config.spec.max_replicas);
+    let mut outcome = simulate(&config, trace, policy)?;
     outcome.summary.bound_replica_seconds = Some(bound.replica_seconds);
     outcome.summary.vs_bound = Some(outcome.summary.replica_seconds / bound.replica_seconds.max(1e-9));
     Ok(outcome)
@@ -286,6 +337,13 @@ pub fn compare(
         let label = if met { format!("static:{n}*") } else { format!("static:{n} (none meets 99 %)") };
         write_outcome(&out.join(&trace.name).join("static-best"), &o, config)?;
         rows.push(Row::of(&o, &label));
+        let need = hindsight_needs(config, &trace, cal)?;
+        for lead in [true, false] {
+            let o = run_hindsight(config, &trace, cal, &need, lead)?;
+            let policy = o.summary.policy.clone();
+            write_outcome(&out.join(&trace.name).join(&policy), &o, config)?;
+            rows.push(Row::of(&o, &policy));
+        }
         rows.push(bound_row(&trace, &bound));
     }
     write_json(&out.join("compare.json"), &serde_json::json!({"calibration": cal, "rows": rows}))?;

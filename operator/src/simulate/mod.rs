@@ -20,6 +20,7 @@ pub mod dynamo;
 pub mod engine;
 pub mod fidelity;
 pub mod fleet;
+pub mod hindsight;
 pub mod pacer;
 pub mod plot;
 pub mod policy;
