@@ -4,16 +4,20 @@
 //!
 //! What stays the engine's own: the scheduler, the paged pool's block accounting (and prefix
 //! cache), sampling, the tokenizer and the server. What this module owns:
-//! - the weights as candle [`QMatMul`]s (quantized blocks on the device, in the tier's format)
-//!   plus the f32 embedding table, norms and RoPE tables;
-//! - the KV storage: one `(slots, kv_heads·head_dim)` tensor per layer for keys and one for
-//!   values, where slot `block · 16 + i` is token `i` of pool block `block`. The step writes
-//!   each sequence's new keys with `slice_set` (one call per run of slots inside a block) and
-//!   reads a sequence's context with `index_select` over its block table;
-//! - the step itself: every row (decode tokens and prompt chunks of different sequences at
-//!   their own positions) shares each weight matmul; attention runs per sequence over that
-//!   sequence's gathered keys with a causal mask for its own rows.
-
+//! - the weights as candle [`QMatMul`]s (quantized blocks on the device, in the tier's format),
+//!   with Q|K|V and gate|up each fused into one matrix at load (their rows concatenated, so
+//!   one matmul each), plus the f32 embedding table, norms and RoPE tables;
+//! - the KV storage: one `(slots, 2·kv_heads·head_dim)` tensor per layer, keys then values in
+//!   each row, where slot `block · 16 + i` is token `i` of pool block `block`;
+//! - the step, whose number of candle ops does not grow with the batch (a GPU step is bound by
+//!   kernel launches long before it is bound by arithmetic): every row (decode tokens and
+//!   prompt chunks of different sequences at their own positions) shares each weight matmul;
+//!   RoPE turns every row's q and k heads in one call at their own positions; one scatter per
+//!   layer writes every new row's keys and values into its slot; attention runs once for all
+//!   decode rows and once for all prompt chunks, each group over its sequences' contexts
+//!   gathered by one `index_select` from their block tables, padded to a multiple of
+//!   [`CONTEXT_BUCKET`] keys (so shapes repeat from step to step) and masked (causally within a
+//!   chunk, and past each sequence's end).
 use super::config::LlamaConfig;
 use super::kv::BLOCK_TOKENS;
 use super::load::target_format;
@@ -46,17 +50,62 @@ pub(crate) fn candle_device(device: ComputeDevice) -> Result<Device, EngineError
     }
 }
 
+/// Keys of a group's contexts are padded to a multiple of this (shapes repeat from step to
+/// step, as a GPU's kernels and allocator want; masked keys cost arithmetic, not launches).
+pub(crate) const CONTEXT_BUCKET: usize = 64;
+/// A chunk group's rows are padded to a multiple of this.
+const ROW_BUCKET: usize = 16;
+
+/// Matrices applied to the same input, as one matmul where their blocks allow.
+#[derive(Debug)]
+enum Projection {
+    /// One matrix whose output columns are the parts' outputs, in order, of these widths.
+    Fused(QMatMul, Vec<usize>),
+    /// The parts' own matrices (their block formats differ, so their rows cannot be joined).
+    Split(Vec<QMatMul>),
+}
+
+impl Projection {
+    /// The output of each part, `(rows, width)`.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        match self {
+            Projection::Fused(m, widths) => {
+                let y = m.forward(x)?;
+                let mut at = 0;
+                widths
+                    .iter()
+                    .map(|w| {
+                        let part = y.narrow(1, at, *w);
+                        at += w;
+                        part
+                    })
+                    .collect()
+            }
+            Projection::Split(ms) => ms.iter().map(|m| m.forward(x)).collect(),
+        }
+    }
+
+    /// The output of the parts side by side, `(rows, Σ width)`.
+    fn forward_joined(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Projection::Fused(m, _) => m.forward(x),
+            Projection::Split(ms) => {
+                Tensor::cat(&ms.iter().map(|m| m.forward(x)).collect::<candle_core::Result<Vec<_>>>()?, 1)
+            }
+        }
+    }
+}
+
 /// One transformer block's parameters on the device.
 #[derive(Debug)]
 struct Layer {
     attn_norm: Tensor,
-    q: QMatMul,
-    k: QMatMul,
-    v: QMatMul,
+    /// Q | K | V.
+    qkv: Projection,
     out: QMatMul,
     ffn_norm: Tensor,
-    gate: QMatMul,
-    up: QMatMul,
+    /// gate | up.
+    gate_up: Projection,
     down: QMatMul,
 }
 
@@ -75,21 +124,21 @@ pub(crate) struct CandleWeights {
     bytes: usize,
 }
 
-/// The KV pool's storage on the device, one keys and one values tensor per layer.
+/// The KV pool's storage on the device: per layer one `(slots, 2·kv_heads·head_dim)` tensor,
+/// a slot's keys then its values, so one scatter writes both and one gather reads both.
 #[derive(Debug)]
 pub(crate) struct DeviceKv {
-    keys: Vec<Tensor>,
-    values: Vec<Tensor>,
+    layers: Vec<Tensor>,
 }
 
 impl DeviceKv {
     /// Zeroed storage for `blocks` pool blocks of `cfg`'s model.
     pub(crate) fn new(cfg: &LlamaConfig, blocks: usize, device: &Device) -> Result<Self, EngineError> {
-        let shape = (blocks * BLOCK_TOKENS, cfg.kv_heads * cfg.head_dim);
-        let zeros = || Tensor::zeros(shape, DType::F32, device);
+        let shape = (blocks * BLOCK_TOKENS, 2 * cfg.kv_heads * cfg.head_dim);
         Ok(DeviceKv {
-            keys: (0..cfg.layers).map(|_| zeros()).collect::<Result<_, _>>()?,
-            values: (0..cfg.layers).map(|_| zeros()).collect::<Result<_, _>>()?,
+            layers: (0..cfg.layers)
+                .map(|_| Tensor::zeros(shape, DType::F32, device))
+                .collect::<Result<_, _>>()?,
         })
     }
 }
@@ -111,25 +160,114 @@ impl SeqRows<'_> {
     }
 }
 
-fn qmatmul(t: QTensor, format: Format, device: &Device) -> Result<(QMatMul, usize), EngineError> {
-    let want = super::load::ggml_dtype(format);
-    let m = if format == Format::F32 {
-        QMatMul::Tensor(t.dequantize(&Device::Cpu)?.to_device(device)?)
-    } else if t.dtype() == want && t.device().same_device(device) {
-        QMatMul::from_qtensor(t)?
-    } else if t.dtype() == want {
-        // Same blocks, other device: move the bytes as they are (no requantization).
-        let shape = t.shape().clone();
-        let storage = QStorage::from_data(t.data()?, device, want)?;
-        QMatMul::from_qtensor(QTensor::new(storage, shape)?)?
-    } else {
-        QMatMul::from_qtensor(QTensor::quantize_onto(&t.dequantize(&Device::Cpu)?, want, device)?)?
-    };
-    let bytes = match &m {
-        QMatMul::QTensor(q) => q.storage_size_in_bytes(),
-        QMatMul::Tensor(w) | QMatMul::TensorF16(w) => w.elem_count() * w.dtype().size_in_bytes(),
-    };
-    Ok((m, bytes))
+/// A matrix in its tier's format, still in host memory.
+enum HostMatrix {
+    /// Quantized blocks, row after row.
+    Blocks(QTensor),
+    /// Dense f32 (the `f32` tier).
+    Dense(Tensor),
+}
+
+impl HostMatrix {
+    /// `t` in `format`: dense for `f32`, the file's blocks when they already are `format`'s, else
+    /// requantized from their f32 values (as the CPU kernels load it).
+    fn new(t: QTensor, format: Format) -> Result<HostMatrix, EngineError> {
+        let want = super::load::ggml_dtype(format);
+        Ok(if format == Format::F32 {
+            HostMatrix::Dense(t.dequantize(&Device::Cpu)?)
+        } else if t.dtype() == want {
+            HostMatrix::Blocks(t)
+        } else {
+            HostMatrix::Blocks(QTensor::quantize(&t.dequantize(&Device::Cpu)?, want)?)
+        })
+    }
+
+    /// `(rows, columns)`.
+    fn dims(&self) -> Result<(usize, usize), EngineError> {
+        Ok(match self {
+            HostMatrix::Blocks(t) => t.shape().dims2()?,
+            HostMatrix::Dense(t) => t.dims2()?,
+        })
+    }
+
+    /// The parts' rows one after the other, when their formats and widths agree: a quantized
+    /// matrix is its rows' blocks in order, so joining the bytes joins the rows.
+    fn join(parts: &[HostMatrix]) -> Result<Option<HostMatrix>, EngineError> {
+        let columns = parts.iter().map(|p| p.dims().map(|d| d.1)).collect::<Result<Vec<_>, _>>()?;
+        if columns.windows(2).any(|w| w[0] != w[1]) {
+            return Ok(None);
+        }
+        let rows: usize = parts.iter().map(|p| p.dims().map(|d| d.0)).sum::<Result<usize, _>>()?;
+        match parts {
+            [HostMatrix::Dense(_), ..] => {
+                let dense: Option<Vec<&Tensor>> =
+                    parts.iter().map(|p| if let HostMatrix::Dense(t) = p { Some(t) } else { None }).collect();
+                Ok(dense.map(|d| Tensor::cat(&d, 0)).transpose()?.map(HostMatrix::Dense))
+            }
+            [HostMatrix::Blocks(first), ..] => {
+                let dtype = first.dtype();
+                let mut bytes = Vec::new();
+                for p in parts {
+                    match p {
+                        HostMatrix::Blocks(t) if t.dtype() == dtype => bytes.extend_from_slice(&t.data()?),
+                        _ => return Ok(None),
+                    }
+                }
+                let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), &Device::Cpu, dtype)?;
+                Ok(Some(HostMatrix::Blocks(QTensor::new(storage, (rows, columns[0]))?)))
+            }
+            [] => Ok(None),
+        }
+    }
+
+    /// The matrix on `device`, and the bytes it takes there.
+    fn place(self, device: &Device) -> Result<(QMatMul, usize), EngineError> {
+        let m = match self {
+            HostMatrix::Dense(t) => QMatMul::Tensor(t.to_device(device)?),
+            HostMatrix::Blocks(t) if t.device().same_device(device) => QMatMul::from_qtensor(t)?,
+            HostMatrix::Blocks(t) => {
+                // Same blocks, other device: move the bytes as they are.
+                let (shape, dtype) = (t.shape().clone(), t.dtype());
+                let storage = QStorage::from_data(t.data()?, device, dtype)?;
+                QMatMul::from_qtensor(QTensor::new(storage, shape)?)?
+            }
+        };
+        let bytes = match &m {
+            QMatMul::QTensor(q) => q.storage_size_in_bytes(),
+            QMatMul::Tensor(w) | QMatMul::TensorF16(w) => w.elem_count() * w.dtype().size_in_bytes(),
+        };
+        Ok((m, bytes))
+    }
+}
+
+/// `t` at `tier` on `device`, and its bytes there.
+fn matrix(t: QTensor, tier: Tier, embedding: bool, device: &Device) -> Result<(QMatMul, usize), EngineError> {
+    let format = target_format(tier, t.dtype(), embedding);
+    HostMatrix::new(t, format)?.place(device)
+}
+
+/// `parts` (matrices applied to one input) at `tier` on `device`, fused where their formats
+/// allow, and their bytes there.
+fn projection(parts: Vec<QTensor>, tier: Tier, device: &Device) -> Result<(Projection, usize), EngineError> {
+    let host = parts
+        .into_iter()
+        .map(|t| {
+            let format = target_format(tier, t.dtype(), false);
+            HostMatrix::new(t, format)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let widths = host.iter().map(|h| h.dims().map(|d| d.0)).collect::<Result<Vec<_>, _>>()?;
+    if let Some(joined) = HostMatrix::join(&host)? {
+        let (m, bytes) = joined.place(device)?;
+        return Ok((Projection::Fused(m, widths), bytes));
+    }
+    let (mut ms, mut bytes) = (Vec::with_capacity(host.len()), 0);
+    for h in host {
+        let (m, b) = h.place(device)?;
+        bytes += b;
+        ms.push(m);
+    }
+    Ok((Projection::Split(ms), bytes))
 }
 
 impl CandleWeights {
@@ -150,12 +288,6 @@ impl CandleWeights {
                 .ok_or_else(|| EngineError::model(format!("{} has no tensor `{name}`", path.display())))
         };
         let mut bytes = 0;
-        let mut matrix = |t: QTensor, embedding: bool| -> Result<QMatMul, EngineError> {
-            let format = target_format(tier, t.dtype(), embedding);
-            let (m, b) = qmatmul(t, format, device)?;
-            bytes += b;
-            Ok(m)
-        };
         let vector = |t: QTensor| -> Result<Tensor, EngineError> {
             Ok(t.dequantize(&Device::Cpu)?.flatten_all()?.to_device(device)?)
         };
@@ -165,16 +297,18 @@ impl CandleWeights {
             let (attn_norm, q, k, v, out) =
                 (p("attn_norm")?, p("attn_q")?, p("attn_k")?, p("attn_v")?, p("attn_output")?);
             let (ffn_norm, gate, up, down) = (p("ffn_norm")?, p("ffn_gate")?, p("ffn_up")?, p("ffn_down")?);
+            let (qkv, b1) = projection(vec![q, k, v], tier, device)?;
+            let (gate_up, b2) = projection(vec![gate, up], tier, device)?;
+            let (out, b3) = matrix(out, tier, false, device)?;
+            let (down, b4) = matrix(down, tier, false, device)?;
+            bytes += b1 + b2 + b3 + b4;
             layers.push(Layer {
                 attn_norm: vector(attn_norm)?,
-                q: matrix(q, false)?,
-                k: matrix(k, false)?,
-                v: matrix(v, false)?,
-                out: matrix(out, false)?,
+                qkv,
+                out,
                 ffn_norm: vector(ffn_norm)?,
-                gate: matrix(gate, false)?,
-                up: matrix(up, false)?,
-                down: matrix(down, false)?,
+                gate_up,
+                down,
             });
         }
         let embd = take("token_embd.weight")?;
@@ -196,10 +330,11 @@ impl CandleWeights {
             QTensor::quantize(&dense, super::load::ggml_dtype(embd_format))?.dequantize(&Device::Cpu)?
         };
         let output_norm = vector(take("output_norm.weight")?)?;
-        let head = match take("output.weight") {
-            Ok(h) => matrix(h, true)?,
-            Err(_) => matrix(embd, true)?,
+        let (head, b) = match take("output.weight") {
+            Ok(h) => matrix(h, tier, true, device)?,
+            Err(_) => matrix(embd, tier, true, device)?,
         };
+        bytes += b;
         bytes += embedding.elem_count() * 4;
         let half = cfg.head_dim / 2;
         let (cos, sin) = super::rope_tables(cfg);
@@ -236,81 +371,198 @@ impl CandleWeights {
         tokens: &[u32],
         wanted: &[u32],
     ) -> Result<Vec<f32>, EngineError> {
+        match self.step_logits(cfg, kv, seqs, tokens, wanted)? {
+            Some(logits) => Ok(logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// [`Self::step`]'s logits as a tensor on the device (`None` when no row wants them).
+    fn step_logits(
+        &self,
+        cfg: &LlamaConfig,
+        kv: &DeviceKv,
+        seqs: &[SeqRows<'_>],
+        tokens: &[u32],
+        wanted: &[u32],
+    ) -> Result<Option<Tensor>, EngineError> {
         let dev = &self.device;
         let (hd, nh, nkv) = (cfg.head_dim, cfg.heads, cfg.kv_heads);
+        let kv_width = nkv * hd;
         let rows = tokens.len();
-        let positions: Vec<u32> =
-            seqs.iter().flat_map(|s| (s.start..s.start + s.rows).map(|p| p as u32)).collect();
+        let mut positions = Vec::with_capacity(rows);
+        let mut slots = Vec::with_capacity(rows);
+        for s in seqs {
+            for p in s.start..s.start + s.rows {
+                positions.push(p as u32);
+                slots.push(s.slot(p));
+            }
+        }
         let pos = Tensor::from_vec(positions, rows, dev)?;
         let cos = self.cos.index_select(&pos, 0)?;
         let sin = self.sin.index_select(&pos, 0)?;
-        // Runs of consecutive slots (a sequence's new rows inside one block): one write each.
-        let mut runs: Vec<(usize, usize, usize)> = Vec::new(); // (first row, rows, first slot)
-        let mut row = 0;
-        for s in seqs {
-            for p in s.start..s.start + s.rows {
-                let slot = s.slot(p) as usize;
-                match runs.last_mut() {
-                    Some((r0, n, s0)) if *r0 + *n == row && *s0 + *n == slot => *n += 1,
-                    _ => runs.push((row, 1, slot)),
-                }
-                row += 1;
-            }
-        }
-        // Per sequence: the slots of its whole visible context and, for a chunk of several
-        // rows, the causal mask of those rows over it.
-        let mut contexts = Vec::with_capacity(seqs.len());
-        for s in seqs {
-            let end = s.start + s.rows;
-            let slots: Vec<u32> = (0..end).map(|p| s.slot(p)).collect();
-            let ids = Tensor::from_vec(slots, end, dev)?;
-            let mask = if s.rows > 1 {
-                let m: Vec<f32> = (0..s.rows)
-                    .flat_map(|i| {
-                        (0..end).map(move |j| if j <= s.start + i { 0.0 } else { f32::NEG_INFINITY })
-                    })
-                    .collect();
-                Some(Tensor::from_vec(m, (s.rows, end), dev)?)
-            } else {
-                None
-            };
-            contexts.push((ids, mask));
-        }
+        // Each row's slot across its keys and values: one scatter per layer writes them all.
+        let slot_ids =
+            Tensor::from_vec(slots, (rows, 1), dev)?.broadcast_as((rows, 2 * kv_width))?.contiguous()?;
+        let plan = Attention::plan(seqs, dev)?;
 
         let ids = Tensor::from_vec(tokens.to_vec(), rows, dev)?;
         let mut x = self.embedding.index_select(&ids, 0)?;
         let scale = 1.0 / (hd as f64).sqrt();
         for (li, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.attn_norm, cfg.rms_eps)?;
-            let q = rope(&layer.q.forward(&h)?, nh, hd, &cos, &sin)?;
-            let k = rope(&layer.k.forward(&h)?, nkv, hd, &cos, &sin)?;
-            let v = layer.v.forward(&h)?.contiguous()?;
-            for &(r0, n, slot) in &runs {
-                kv.keys[li].slice_set(&k.narrow(0, r0, n)?.contiguous()?, 0, slot)?;
-                kv.values[li].slice_set(&v.narrow(0, r0, n)?.contiguous()?, 0, slot)?;
-            }
-            let mut outs = Vec::with_capacity(seqs.len());
-            let mut first = 0;
-            for (s, (ids, mask)) in seqs.iter().zip(&contexts) {
-                let qs = q.narrow(0, first, s.rows)?;
-                let keys = kv.keys[li].index_select(ids, 0)?;
-                let values = kv.values[li].index_select(ids, 0)?;
-                outs.push(attend(&qs, &keys, &values, mask.as_ref(), (nh, nkv, hd), scale)?);
-                first += s.rows;
-            }
-            let attn = Tensor::cat(&outs, 0)?;
+            let qkv = layer.qkv.forward_joined(&h)?;
+            // q and k heads side by side turn in one call, each row at its own position.
+            let qk = rope(&qkv.narrow(1, 0, (nh + nkv) * hd)?, nh + nkv, hd, &cos, &sin)?;
+            let q = qk.narrow(1, 0, nh * hd)?.contiguous()?;
+            let new_kv = Tensor::cat(
+                &[qk.narrow(1, nh * hd, kv_width)?, qkv.narrow(1, (nh + nkv) * hd, kv_width)?],
+                1,
+            )?;
+            kv.layers[li].scatter_set(&slot_ids, &new_kv, 0)?;
+            let attn = plan.attend(&q, &kv.layers[li], (nh, nkv, hd), scale)?;
             x = (x + layer.out.forward(&attn)?)?;
             let h = rms_norm(&x, &layer.ffn_norm, cfg.rms_eps)?;
-            let act = (layer.gate.forward(&h)?.silu()? * layer.up.forward(&h)?)?;
-            x = (x + layer.down.forward(&act)?)?;
+            let gu = layer.gate_up.forward(&h)?;
+            x = (x + layer.down.forward(&(gu[0].silu()? * &gu[1])?)?)?;
         }
         if wanted.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let last = x.index_select(&Tensor::from_vec(wanted.to_vec(), wanted.len(), dev)?, 0)?;
         let last = rms_norm(&last, &self.output_norm, cfg.rms_eps)?;
-        let logits = self.head.forward(&last)?;
-        Ok(logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?)
+        Ok(Some(self.head.forward(&last)?))
+    }
+}
+
+/// Sequences attended in one batched call: each with its rows padded to `rows` and its context
+/// to `keys`.
+#[derive(Debug)]
+struct Group {
+    seqs: usize,
+    rows: usize,
+    keys: usize,
+    /// `(seqs · rows)`: the step row each padded row reads (padding repeats a sequence's first).
+    query_rows: Tensor,
+    /// `(seqs · keys)`: the slot of each context position (padding reads the first).
+    context: Tensor,
+    /// `(seqs, rows, keys)`: 0 where a row may look, −∞ where it may not (its future, padding).
+    mask: Tensor,
+}
+
+/// How one step's attention runs: a group of the decode rows (one row per sequence) and a
+/// group of the prompt chunks, and where each step row's output lands.
+#[derive(Debug)]
+struct Attention {
+    groups: Vec<Group>,
+    /// `(rows)`: for each step row, its row in the groups' outputs laid end to end.
+    order: Tensor,
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to).max(1) * to
+}
+
+impl Attention {
+    fn plan(seqs: &[SeqRows<'_>], dev: &Device) -> candle_core::Result<Attention> {
+        let mut firsts = Vec::with_capacity(seqs.len());
+        let mut first = 0;
+        for s in seqs {
+            firsts.push(first);
+            first += s.rows;
+        }
+        let mut order = vec![0u32; first];
+        let mut groups = Vec::new();
+        let mut laid = 0;
+        let decode: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].rows == 1).collect();
+        let chunks: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].rows > 1).collect();
+        for (members, row_bucket) in [(decode, 1), (chunks, ROW_BUCKET)] {
+            if members.is_empty() {
+                continue;
+            }
+            let rows = round_up(members.iter().map(|&i| seqs[i].rows).max().unwrap_or(1), row_bucket);
+            let rows = if row_bucket == 1 { 1 } else { rows };
+            let keys = round_up(
+                members.iter().map(|&i| seqs[i].start + seqs[i].rows).max().unwrap_or(1),
+                CONTEXT_BUCKET,
+            );
+            let n = members.len();
+            let mut query_rows = Vec::with_capacity(n * rows);
+            let mut context = Vec::with_capacity(n * keys);
+            let mut mask = Vec::with_capacity(n * rows * keys);
+            for (k, &i) in members.iter().enumerate() {
+                let s = &seqs[i];
+                let end = s.start + s.rows;
+                for r in 0..rows {
+                    let real = r < s.rows;
+                    query_rows.push((firsts[i] + if real { r } else { 0 }) as u32);
+                    if real {
+                        order[firsts[i] + r] = (laid + k * rows + r) as u32;
+                    }
+                    let sees = s.start + if real { r } else { 0 };
+                    mask.extend((0..keys).map(|j| if j <= sees { 0f32 } else { f32::NEG_INFINITY }));
+                }
+                context.extend((0..keys).map(|j| s.slot(if j < end { j } else { 0 })));
+            }
+            groups.push(Group {
+                seqs: n,
+                rows,
+                keys,
+                query_rows: Tensor::from_vec(query_rows, n * rows, dev)?,
+                context: Tensor::from_vec(context, n * keys, dev)?,
+                mask: Tensor::from_vec(mask, (n, rows, keys), dev)?,
+            });
+            laid += n * rows;
+        }
+        let order = Tensor::from_vec(order, first, dev)?;
+        Ok(Attention { groups, order })
+    }
+
+    /// Grouped-query attention of every row's `q` `(rows, nh·hd)` over its sequence's context in
+    /// `layer_kv` `(slots, 2·nkv·hd)`. Returns `(rows, nh·hd)`.
+    fn attend(
+        &self,
+        q: &Tensor,
+        layer_kv: &Tensor,
+        (nh, nkv, hd): (usize, usize, usize),
+        scale: f64,
+    ) -> candle_core::Result<Tensor> {
+        let group = nh / nkv;
+        let mut outs = Vec::with_capacity(self.groups.len());
+        for g in &self.groups {
+            let (s, r, l) = (g.seqs, g.rows, g.keys);
+            // (s·l, 2·nkv·hd) → keys and values (s·nkv, l, hd).
+            let ctx = layer_kv.index_select(&g.context, 0)?.reshape((s, l, 2, nkv, hd))?;
+            let part = |which: usize| -> candle_core::Result<Tensor> {
+                ctx.narrow(2, which, 1)?.squeeze(2)?.permute((0, 2, 1, 3))?.contiguous()?.reshape((
+                    s * nkv,
+                    l,
+                    hd,
+                ))
+            };
+            let (k, v) = (part(0)?, part(1)?);
+            // (s·r, nh·hd) → (s·nkv, r·group, hd): the query heads that share a KV head together.
+            let qs = q
+                .index_select(&g.query_rows, 0)?
+                .reshape((s, r, nkv, group, hd))?
+                .permute((0, 2, 1, 3, 4))?
+                .contiguous()?
+                .reshape((s * nkv, r * group, hd))?;
+            let scores = (qs.matmul(&k.t()?)? * scale)?
+                .reshape((s, nkv, r, group, l))?
+                .broadcast_add(&g.mask.reshape((s, 1, r, 1, l))?)?;
+            let max = scores.max_keepdim(D::Minus1)?;
+            let e = scores.broadcast_sub(&max)?.exp()?;
+            let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?.reshape((s * nkv, r * group, l))?;
+            let o = p.matmul(&v)?.reshape((s, nkv, r, group, hd))?.permute((0, 2, 1, 3, 4))?;
+            outs.push(o.contiguous()?.reshape((s * r, nh * hd))?);
+        }
+        let all = match outs.len() {
+            0 => return Ok(q.clone()),
+            1 => outs.remove(0),
+            _ => Tensor::cat(&outs, 0)?,
+        };
+        all.index_select(&self.order, 0)
     }
 }
 
@@ -334,36 +586,66 @@ fn rope(x: &Tensor, heads: usize, hd: usize, cos: &Tensor, sin: &Tensor) -> cand
     Tensor::cat(&[ra, rb], 3)?.reshape((rows, heads * hd))
 }
 
-/// Grouped-query attention of one sequence's `q` rows `(n, nh·hd)` over its context
-/// `keys`/`values` `(end, nkv·hd)`; `mask` `(n, end)` hides the future of each row when the
-/// sequence has several rows. Returns `(n, nh·hd)`.
-fn attend(
-    q: &Tensor,
-    keys: &Tensor,
-    values: &Tensor,
-    mask: Option<&Tensor>,
-    (nh, nkv, hd): (usize, usize, usize),
-    scale: f64,
-) -> candle_core::Result<Tensor> {
-    let n = q.dim(0)?;
-    let end = keys.dim(0)?;
-    let group = nh / nkv;
-    // (end, nkv·hd) → (nh, end, hd), each KV head repeated for its `group` query heads.
-    let heads = |t: &Tensor| -> candle_core::Result<Tensor> {
-        t.reshape((end, nkv, 1, hd))?
-            .broadcast_as((end, nkv, group, hd))?
-            .reshape((end, nh, hd))?
-            .transpose(0, 1)?
-            .contiguous()
-    };
-    let (k, v) = (heads(keys)?, heads(values)?);
-    let q = q.reshape((n, nh, hd))?.transpose(0, 1)?.contiguous()?;
-    let mut scores = (q.matmul(&k.t()?)? * scale)?;
-    if let Some(m) = mask {
-        scores = scores.broadcast_add(m)?;
+#[cfg(test)]
+mod tests {
+    use super::super::{Backend, Model, read_content};
+    use super::*;
+    use crate::ComputeDevice;
+
+    /// The test model at `f32` on candle's CPU device, its embedding made a candle variable so
+    /// that every op downstream of it is recorded in the graph of the logits.
+    fn tracked_model() -> Model {
+        let path =
+            std::env::var("PACER_MODEL").expect("PACER_MODEL: the test model (scripts/fetch-model.sh)");
+        let (content, mut reader) = read_content(Path::new(&path)).expect("read the model");
+        let mut m =
+            Model::from_gguf(Path::new(&path), &content, &mut reader, Tier::F32, ComputeDevice::CandleCpu)
+                .expect("load the model");
+        let Backend::Candle(w) = &mut m.backend else { panic!("candle-cpu loads the candle backend") };
+        w.embedding = candle_core::Var::from_tensor(&w.embedding).expect("var").as_tensor().clone();
+        m
     }
-    let max = scores.max_keepdim(D::Minus1)?;
-    let e = scores.broadcast_sub(&max)?.exp()?;
-    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-    p.matmul(&v)?.transpose(0, 1)?.reshape((n, nh * hd))
+
+    /// The candle ops on the path from the embedding to the logits of one step of `decode`
+    /// sequences decoding (16 tokens cached each) beside `chunk` prompt rows of one more.
+    fn ops(m: &Model, decode: usize, chunk: usize) -> usize {
+        let Backend::Candle(w) = &m.backend else { unreachable!("a candle model") };
+        let blocks_per_seq = 4;
+        let kv = DeviceKv::new(&m.config, (decode + 1) * blocks_per_seq, w.device()).expect("kv");
+        let tables: Vec<Vec<u32>> = (0..=decode)
+            .map(|i| (0..blocks_per_seq).map(|b| (i * blocks_per_seq + b) as u32).collect())
+            .collect();
+        let mut seqs: Vec<SeqRows<'_>> =
+            tables[..decode].iter().map(|t| SeqRows { table: t, start: 16, rows: 1 }).collect();
+        if chunk > 0 {
+            seqs.push(SeqRows { table: &tables[decode], start: 0, rows: chunk });
+        }
+        let rows: usize = seqs.iter().map(|s| s.rows).sum();
+        let tokens = vec![1u32; rows];
+        let wanted: Vec<u32> = (0..rows as u32).collect();
+        let logits = w.step_logits(&m.config, &kv, &seqs, &tokens, &wanted).expect("step").expect("logits");
+        assert_eq!(logits.dims2().expect("2-d"), (rows, m.config.vocab_size));
+        logits.sorted_nodes().len()
+    }
+
+    /// A GPU step is bound by kernel launches: the number of candle ops in one step must not
+    /// grow with the number of sequences in it (it grew by about fourteen per sequence and
+    /// layer when attention ran sequence by sequence).
+    #[test]
+    fn a_steps_op_count_does_not_grow_with_the_batch() {
+        let m = tracked_model();
+        let decode_only: Vec<usize> = [1, 8, 64].iter().map(|&b| ops(&m, b, 0)).collect();
+        assert!(decode_only[0] > m.config.layers * 10, "the graph was recorded: {decode_only:?}");
+        // At batch 1 a permute of size-1 axes leaves a tensor contiguous and candle skips the
+        // copy after it (one op per layer fewer, no kernel); from batch 8 on the count is flat.
+        let flat = |n: &[usize]| n[0] <= n[1] && n[1] == n[2] && n[1] - n[0] <= m.config.layers;
+        assert!(flat(&decode_only), "decode steps at batch 1, 8, 64: {decode_only:?}");
+        let mixed: Vec<usize> = [1, 8, 64].iter().map(|&b| ops(&m, b, 24)).collect();
+        assert!(flat(&mixed), "with a prompt chunk beside them: {mixed:?}");
+        let chunks: Vec<usize> = [24, 40].iter().map(|&c| ops(&m, 8, c)).collect();
+        assert_eq!(chunks[0], chunks[1], "chunks of other lengths");
+        println!(
+            "candle ops per step at batch 1, 8, 64: {decode_only:?} decoding, {mixed:?} beside a prompt chunk"
+        );
+    }
 }
