@@ -71,8 +71,9 @@ pub fn run(
     let vocab = model.config.vocab_size;
     let max_b = plan.batch_sizes.iter().copied().max().unwrap_or(1);
     let max_len = plan.prefill_lengths.iter().copied().max().unwrap_or(0);
-    let mut kv =
-        model.new_kv_cache((max_b * (plan.decode_context + plan.decode_steps + 1)).max(max_len + 1))?;
+    // Each sequence holds whole blocks: size the pool in them, not in tokens.
+    let per_seq = (plan.decode_context + plan.decode_steps + 1).next_multiple_of(crate::model::BLOCK_TOKENS);
+    let mut kv = model.new_kv_cache((max_b * per_seq).max(max_len + 1))?;
     let mut figures = Vec::new();
     // One untimed pass warms caches, page tables and the thread pool.
     let warm = synthetic_tokens(16, 99, vocab);

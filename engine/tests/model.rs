@@ -286,3 +286,20 @@ fn tokenizing_in_pieces_agrees_and_stops_at_the_limit() {
     let text = "lorem ipsum dolor sit amet ".repeat(50);
     assert_eq!(t.encode_within(&text, limit).unwrap().unwrap(), t.encode(&text).unwrap());
 }
+
+/// `pacer-engine bench` sizes its KV pool in whole blocks per sequence: a decode context that is
+/// not a multiple of a block at a batch above one ran out of KV before.
+#[test]
+fn the_bench_fits_every_batch_and_step_count_in_its_pool() {
+    let m = common::loaded(Tier::Q4_0);
+    let plan = pacer_engine::bench::BenchPlan {
+        prefill_lengths: vec![8],
+        batch_sizes: vec![1, 2, 3],
+        decode_steps: 4,
+        repeats: 1,
+        ..Default::default()
+    };
+    let figures = pacer_engine::bench::run(&m.model, &plan, |_| {}).expect("bench");
+    assert_eq!(figures.len(), 4);
+    assert!(figures.iter().all(|f| f.tokens_per_second > 0.0), "{figures:?}");
+}
