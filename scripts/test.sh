@@ -82,5 +82,11 @@ done
 step "the official openai Python client against pacer-engine serve"
 scripts/test-openai-client.sh "$CARGO_TARGET_DIR/release/pacer-engine"
 
+step "the GPU check, both halves without CUDA: packed, unpacked and run on candle's CPU device"
+gpu_check=$(mktemp -d)
+XZ_LEVEL=-0 scripts/gpu-check.sh --build --no-cuda --out "$gpu_check"
+scripts/gpu-check.sh --run "$gpu_check" --model "$PACER_MODEL" --device candle-cpu --smoke >/dev/null
+rm -rf "$gpu_check"
+
 step "the cuda feature: built with nvcc from PyPI, linked, and run without a GPU"
 scripts/check-cuda-build.sh

@@ -43,6 +43,9 @@ pub fn loaded_on(tier: Tier, device: ComputeDevice) -> Arc<LoadedModel> {
 
 /// Reads a JSON file from `tests/data`.
 pub fn data(name: &str) -> serde_json::Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
+    // `PACER_TEST_DATA`: where a test binary built elsewhere finds the data (scripts/gpu-check.sh).
+    let dir = std::env::var_os("PACER_TEST_DATA")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data"), PathBuf::from);
+    let p = dir.join(name);
     serde_json::from_str(&std::fs::read_to_string(&p).expect("read test data")).expect("parse test data")
 }
