@@ -13,11 +13,12 @@
 //!   kernel launches long before it is bound by arithmetic): every row (decode tokens and
 //!   prompt chunks of different sequences at their own positions) shares each weight matmul;
 //!   RoPE turns every row's q and k heads in one call at their own positions; one scatter per
-//!   layer writes every new row's keys and values into its slot; attention runs once for all
-//!   decode rows and once for all prompt chunks, each group over its sequences' contexts
-//!   gathered by one `index_select` from their block tables, padded to a multiple of
-//!   [`CONTEXT_BUCKET`] keys (so shapes repeat from step to step) and masked (causally within a
-//!   chunk, and past each sequence's end).
+//!   layer writes every new row's keys and values into its slot; attention runs once per group
+//!   of sequences (decode rows apart from prompt chunks, and by their context's power-of-two
+//!   class: a handful of groups whatever the batch), each over its sequences' contexts gathered
+//!   by one `index_select` from their block tables, padded to a multiple of [`CONTEXT_BUCKET`]
+//!   keys (so shapes repeat from step to step) and masked (causally within a chunk, and past
+//!   each sequence's end).
 use super::config::LlamaConfig;
 use super::kv::BLOCK_TOKENS;
 use super::load::target_format;
@@ -467,8 +468,8 @@ struct Group {
     mask: Tensor,
 }
 
-/// How one step's attention runs: a group of the decode rows (one row per sequence) and a
-/// group of the prompt chunks, and where each step row's output lands.
+/// How one step's attention runs: groups of decode rows (one row per sequence) and of prompt
+/// chunks, each for one class of context length, and where each step row's output lands.
 #[derive(Debug)]
 struct Attention {
     groups: Vec<Group>,
@@ -491,14 +492,20 @@ impl Attention {
         let mut order = vec![0u32; first];
         let mut groups = Vec::new();
         let mut laid = 0;
-        let decode: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].rows == 1).collect();
-        let chunks: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].rows > 1).collect();
-        for (members, row_bucket) in [(decode, 1), (chunks, ROW_BUCKET)] {
-            if members.is_empty() {
-                continue;
-            }
-            let rows = round_up(members.iter().map(|&i| seqs[i].rows).max().unwrap_or(1), row_bucket);
-            let rows = if row_bucket == 1 { 1 } else { rows };
+        // Decode rows apart from prompt chunks (whose rows are padded), and each by its context's
+        // power-of-two class, so a long context does not pad every short one to its length: at
+        // most twice the keys read, and a handful of groups whatever the batch.
+        let mut by_class: std::collections::BTreeMap<(bool, u32), Vec<usize>> = Default::default();
+        for (i, s) in seqs.iter().enumerate().filter(|(_, s)| s.rows > 0) {
+            let class = (s.start + s.rows).div_ceil(CONTEXT_BUCKET).next_power_of_two().trailing_zeros();
+            by_class.entry((s.rows > 1, class)).or_default().push(i);
+        }
+        for ((chunked, _), members) in by_class {
+            let rows = if chunked {
+                round_up(members.iter().map(|&i| seqs[i].rows).max().unwrap_or(1), ROW_BUCKET)
+            } else {
+                1
+            };
             let keys = round_up(
                 members.iter().map(|&i| seqs[i].start + seqs[i].rows).max().unwrap_or(1),
                 CONTEXT_BUCKET,
@@ -624,17 +631,18 @@ mod tests {
         m
     }
 
-    /// The candle ops on the path from the embedding to the logits of one step of `decode`
-    /// sequences decoding (16 tokens cached each) beside `chunk` prompt rows of one more.
-    fn ops(m: &Model, decode: usize, chunk: usize) -> usize {
+    /// The candle ops on the path from the embedding to the logits of one step: sequences
+    /// decoding with `cached` tokens each, beside `chunk` prompt rows of one more.
+    fn ops_with(m: &Model, cached: &[usize], chunk: usize) -> usize {
         let Backend::Candle(w) = &m.backend else { unreachable!("a candle model") };
-        let blocks_per_seq = 4;
+        let blocks_per_seq = 16;
+        let decode = cached.len();
         let kv = DeviceKv::new(&m.config, (decode + 1) * blocks_per_seq, w.device()).expect("kv");
         let tables: Vec<Vec<u32>> = (0..=decode)
             .map(|i| (0..blocks_per_seq).map(|b| (i * blocks_per_seq + b) as u32).collect())
             .collect();
         let mut seqs: Vec<SeqRows<'_>> =
-            tables[..decode].iter().map(|t| SeqRows { table: t, start: 16, rows: 1 }).collect();
+            tables.iter().zip(cached).map(|(t, &start)| SeqRows { table: t, start, rows: 1 }).collect();
         if chunk > 0 {
             seqs.push(SeqRows { table: &tables[decode], start: 0, rows: chunk });
         }
@@ -644,6 +652,11 @@ mod tests {
         let logits = w.step_logits(&m.config, &kv, &seqs, &tokens, &wanted).expect("step").expect("logits");
         assert_eq!(logits.dims2().expect("2-d"), (rows, m.config.vocab_size));
         logits.sorted_nodes().len()
+    }
+
+    /// [`ops_with`] for `decode` sequences with 16 tokens cached each.
+    fn ops(m: &Model, decode: usize, chunk: usize) -> usize {
+        ops_with(m, &vec![16; decode], chunk)
     }
 
     /// The logits of a decode step after a 40-token prefill, with the KV cache in `dtype`.
@@ -688,6 +701,13 @@ mod tests {
         assert!(flat(&mixed), "with a prompt chunk beside them: {mixed:?}");
         let chunks: Vec<usize> = [24, 40].iter().map(|&c| ops(&m, 8, c)).collect();
         assert_eq!(chunks[0], chunks[1], "chunks of other lengths");
+        // Contexts of three length classes (up to 64, 128 and 256 keys) make three groups, as
+        // many ops for three sequences as for sixty.
+        let classes = [16, 100, 200];
+        let three = ops_with(&m, &classes, 0);
+        let sixty: Vec<usize> = (0..60).map(|i| classes[i % 3] + i / 3).collect();
+        assert_eq!(ops_with(&m, &sixty, 0), three, "sixty sequences in three context classes");
+        assert!(three > decode_only[1], "more classes, more groups: {three} vs {}", decode_only[1]);
         println!(
             "candle ops per step at batch 1, 8, 64: {decode_only:?} decoding, {mixed:?} beside a prompt chunk"
         );
