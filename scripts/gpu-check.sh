@@ -106,6 +106,23 @@ run() {
     [ -x "$b" ] || { xz -dc "$f" >"$b" && chmod +x "$b"; }
   done
   local bin="$dir/bin" failed=0
+  # A cuda build links cuBLAS, cuRAND, NVRTC and the CUDA runtime; on a machine whose CUDA
+  # libraries come only with a Python environment's NVIDIA wheels, find them there.
+  if ldd "$bin/pacer-engine" 2>/dev/null | grep -q "not found"; then
+    local libs
+    libs=$(python3 -c '
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+found = {os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True)}
+print(":".join(sorted(found)))' 2>/dev/null || true)
+    [ -n "$libs" ] && export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    log "CUDA libraries from the Python environment: ${libs:-none found}"
+  fi
+  ldd "$bin/pacer-engine" >"$results/libraries.txt" 2>&1 || true
+  if grep -q "not found" "$results/libraries.txt"; then
+    log "the engine cannot load: $(grep 'not found' "$results/libraries.txt" | tr -s ' \t' ' ' | tr '\n' ';')"
+    exit 1
+  fi
   [ -d "$root/engine/tests/data" ] && export PACER_TEST_DATA="$root/engine/tests/data"
   export PACER_MODEL="$model" RUST_BACKTRACE=0 NO_COLOR=1
   # step NAME SECONDS CMD...: runs CMD under a timeout, its output in NAME.out and NAME.log, its verdict in
@@ -153,6 +170,7 @@ run() {
     --served-model-name pacer --max-batch-size 128 >"$results/serve.log" 2>&1 &
   local server=$!
   for _ in $(seq 120); do
+    kill -0 "$server" 2>/dev/null || { log "serve exited: $results/serve.log"; break; }
     python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$((port + 1))/ready', timeout=1)" \
       2>/dev/null && break
     sleep 1

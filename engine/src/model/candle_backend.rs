@@ -617,16 +617,18 @@ mod tests {
     use super::*;
     use crate::ComputeDevice;
 
-    /// The test model at `f32` on candle's CPU device, its embedding made a candle variable so
-    /// that every op downstream of it is recorded in the graph of the logits.
+    /// The test model at `f32` on candle's CPU device (or `PACER_TEST_DEVICE`'s, as in the
+    /// integration tests), its embedding made a candle variable so that every op downstream of
+    /// it is recorded in the graph of the logits.
     fn tracked_model() -> Model {
         let path =
             std::env::var("PACER_MODEL").expect("PACER_MODEL: the test model (scripts/fetch-model.sh)");
+        let device = std::env::var("PACER_TEST_DEVICE")
+            .map_or(ComputeDevice::CandleCpu, |d| d.parse().expect("PACER_TEST_DEVICE: a device"));
         let (content, mut reader) = read_content(Path::new(&path)).expect("read the model");
-        let mut m =
-            Model::from_gguf(Path::new(&path), &content, &mut reader, Tier::F32, ComputeDevice::CandleCpu)
-                .expect("load the model");
-        let Backend::Candle(w) = &mut m.backend else { panic!("candle-cpu loads the candle backend") };
+        let mut m = Model::from_gguf(Path::new(&path), &content, &mut reader, Tier::F32, device)
+            .expect("load the model");
+        let Backend::Candle(w) = &mut m.backend else { panic!("{device} loads the candle backend") };
         w.embedding = candle_core::Var::from_tensor(&w.embedding).expect("var").as_tensor().clone();
         m
     }
