@@ -16,7 +16,8 @@
 #   the device (prefill 128/512/2048, decode batch 1-128); `serve` on the device under
 #   `pacer-bench sweep` at concurrency 1/16/64/128 with GPU memory and utilisation sampled; and
 #   Hugging Face transformers on the same GGUF when PyTorch is there. Then results.json and
-#   results.md. Under 8 minutes on a GPU; --smoke shrinks every step (CI, on candle-cpu).
+#   results.md. Its time on a GPU is not measured yet (each step has its own timeout); --smoke
+#   shrinks every step (CI, on candle-cpu).
 # Exit status: 0 when every step passed, 1 when one failed (the results say which), 2 on usage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
