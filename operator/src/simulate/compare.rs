@@ -186,7 +186,7 @@ pub fn run_hindsight(
         .profiles
         .iter()
         .find(|p| p.tier == config.spec.preferred_tier.as_str())
-        .map_or(0.0, |p| config.container_start + p.load_seconds + p.warmup_seconds);
+        .map_or(0.0, |p| super::fleet::start_delay(config.container_start, p));
     let lead = if lead { pod_start + hindsight::INTERVAL } else { 0.0 };
     let mut policy = Hindsight::new(need.to_vec(), config.score_window, lead);
     let initial = need.first().copied().unwrap_or(config.spec.min_replicas);

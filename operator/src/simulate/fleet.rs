@@ -49,6 +49,12 @@ pub struct Fleet {
     terminated: Vec<usize>,
 }
 
+/// Seconds from creating a pod whose engine has `profile` to its readiness: the container's
+/// start, the model's load, the warm-up.
+pub fn start_delay(container_start: f64, profile: &EngineProfile) -> f64 {
+    container_start + profile.load_seconds + profile.warmup_seconds
+}
+
 impl Fleet {
     /// `replicas` ready pods of tier `tier` at time 0 (a service already running).
     pub fn new(profiles: Vec<EngineProfile>, container_start: f64, replicas: i32, tier: usize) -> Fleet {
@@ -76,8 +82,7 @@ impl Fleet {
 
     /// Seconds from creating a pod of `tier` to its readiness.
     pub fn start_delay(&self, tier: usize) -> f64 {
-        let p = &self.profiles[tier];
-        self.container_start + p.load_seconds + p.warmup_seconds
+        start_delay(self.container_start, &self.profiles[tier])
     }
 
     /// What each running engine (ready or draining) reports of its scheduler: its last step and
