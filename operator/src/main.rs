@@ -84,7 +84,7 @@ struct SimulateArgs {
     /// test profiles of q8_0 and q4_0.
     #[arg(long, env = "PACER_SIM_PROFILE", value_delimiter = ',', default_value = "builtin")]
     profile: Vec<String>,
-    /// Trace: steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions or
+    /// Trace: steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions, rag-mix or
     /// replay:FILE.jsonl.
     #[arg(long, env = "PACER_SIM_TRACE", default_value = "step")]
     trace: String,

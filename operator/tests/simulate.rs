@@ -160,7 +160,7 @@ fn pacer_degrades_the_tier_at_max_replicas_and_restores_it() {
 /// replica-seconds, and keeps the attainment and cost against the bound it has today
 /// (deterministic, so any change that loses them fails here). On the chat sessions the TTFT
 /// floor of long prompts sits near the target: summing the percentiles of the waits and of the
-/// prefill (not the percentile of their sum) ran 2.52× the bound there.
+/// prefill (not the percentile of their sum) ran 2.52× the bound there. `rag-mix` is held out.
 #[test]
 fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_chat_and_keeps_its_figures() {
     let c = config("");
@@ -169,6 +169,7 @@ fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_chat_and_keeps_its_figures(
         (Shape::Ramp, 1.0, 1.04),
         (Shape::Diurnal, 1.0, 1.20),
         (Shape::ChatSessions, 1.0, 1.78),
+        (Shape::RagMix, 1.0, 1.26),
     ] {
         let cal = compare::calibrate(&c, &compare::mix_of(&shape, 1).expect("mix")).expect("calibration");
         let t = compare::trace_for(&shape, &cal, 1.0, 1).expect("trace");

@@ -75,9 +75,9 @@ pub struct Calibration {
 /// The lengths the built-in traces draw from (chat sessions build longer prompts).
 pub const LENGTHS: (Length, Length) = (trace::PROMPT_TOKENS, trace::OUTPUT_TOKENS);
 
-/// The traces `--compare` runs: the four the planner was developed on, then the three held
+/// The traces `--compare` runs: the four the planner was developed on, then the four held
 /// out from its tuning.
-pub const SHAPES: [Shape; 7] = [
+pub const SHAPES: [Shape; 8] = [
     Shape::Step,
     Shape::Ramp,
     Shape::Diurnal,
@@ -85,6 +85,7 @@ pub const SHAPES: [Shape; 7] = [
     Shape::FlashCrowd,
     Shape::LlmdBench,
     Shape::ChatSessions,
+    Shape::RagMix,
 ];
 
 /// Calibrates `config` on the request mix `mix` (a few seconds of CPU).
@@ -95,10 +96,10 @@ pub fn calibrate(config: &SimConfig, mix: &Mix) -> Result<Calibration, SimError>
     Ok(Calibration { capacities, profiled })
 }
 
-/// The request mix of `shape`: its length distributions, or for chat sessions the requests of
-/// a sample of its sessions (their prompts grow with the conversation).
+/// The request mix of `shape`: its length distributions, or for a shape that draws its own
+/// lengths (chat sessions' prompts grow with the conversation) the requests of a sample of it.
 pub fn mix_of(shape: &Shape, seed: u64) -> Result<Mix, SimError> {
-    if *shape != Shape::ChatSessions {
+    if !shape.own_lengths() {
         return Ok(shape.lengths().into());
     }
     let (prompt, output) = shape.lengths();

@@ -44,6 +44,12 @@ pub enum Shape {
     /// plus the conversation so far (up to about 3,000 tokens), so arrivals cluster and
     /// prompts lengthen within a session.
     ChatSessions,
+    /// Held out, written after the planner's tuning on `chat-sessions`: retrieval-augmented
+    /// traffic through a working day — Poisson arrivals at the base rate, rising to twice it
+    /// over the second quarter-hour-and-a-bit (25–35 % of the run), held, and back down at
+    /// 75–85 %; a tenth of the prompts carry retrieved documents (1,000–2,500 tokens), the rest
+    /// are questions (64–512).
+    RagMix,
     /// Requests read from a JSON-lines file.
     Replay(PathBuf),
 }
@@ -60,10 +66,11 @@ impl std::str::FromStr for Shape {
             "flash-crowd" => Ok(Shape::FlashCrowd),
             "llmd-bench" => Ok(Shape::LlmdBench),
             "chat-sessions" => Ok(Shape::ChatSessions),
+            "rag-mix" => Ok(Shape::RagMix),
             _ => match s.strip_prefix("replay:") {
                 Some(path) if !path.is_empty() => Ok(Shape::Replay(PathBuf::from(path))),
                 _ => Err(format!(
-                    "`{s}`: expected steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions or replay:FILE.jsonl"
+                    "`{s}`: expected steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions, rag-mix or replay:FILE.jsonl"
                 )),
             },
         }
@@ -82,6 +89,7 @@ impl Shape {
             Shape::FlashCrowd => "flash-crowd".into(),
             Shape::LlmdBench => "llmd-bench".into(),
             Shape::ChatSessions => "chat-sessions".into(),
+            Shape::RagMix => "rag-mix".into(),
             Shape::Replay(p) => format!("replay:{}", p.display()),
         }
     }
@@ -97,6 +105,7 @@ impl Shape {
             Shape::FlashCrowd => 1.0,
             Shape::LlmdBench => 1.0,
             Shape::ChatSessions => 2.0,
+            Shape::RagMix => 1.5,
             Shape::Replay(_) => 1.0,
         }
     }
@@ -134,6 +143,11 @@ impl Shape {
                     1.0
                 }
             }
+            Shape::RagMix => {
+                let f = t / duration;
+                let ramp = |from: f64, to: f64| ((f - from) / (to - from)).clamp(0.0, 1.0);
+                1.0 + ramp(0.25, 0.35) - ramp(0.75, 0.85)
+            }
             Shape::Steady | Shape::Bursty | Shape::ChatSessions | Shape::Replay(_) => 1.0,
         }
     }
@@ -156,9 +170,15 @@ impl Shape {
         }
     }
 
+    /// Whether the shape draws its own prompt lengths (so its request mix is measured on a
+    /// sample of it, not read from [`Shape::lengths`]).
+    pub fn own_lengths(&self) -> bool {
+        matches!(self, Shape::ChatSessions | Shape::RagMix)
+    }
+
     /// Whether the shape is one of those held out from tuning the planner.
     pub fn held_out(&self) -> bool {
-        matches!(self, Shape::FlashCrowd | Shape::LlmdBench | Shape::ChatSessions)
+        matches!(self, Shape::FlashCrowd | Shape::LlmdBench | Shape::ChatSessions | Shape::RagMix)
     }
 
     /// Where the rate is constant (start, end), for the changes-per-hour-while-stationary score.
@@ -171,6 +191,11 @@ impl Shape {
             }
             // The first 10 min settle from the minimum replicas.
             Shape::Steady | Shape::Bursty | Shape::ChatSessions => vec![(600.0_f64.min(duration), duration)],
+            // The quiet morning after its first 10 min, and the busy day 10 min after the rise.
+            Shape::RagMix => [(600.0, 0.25 * duration), (0.35 * duration + 600.0, 0.75 * duration)]
+                .into_iter()
+                .filter(|(a, b)| a < b)
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -267,11 +292,26 @@ pub fn generate(spec: &TraceSpec) -> Result<Trace, SimError> {
         let t = (k as f64 + within) * dt;
         requests.push(Request {
             timestamp: t.min(spec.duration),
-            prompt_tokens: spec.prompt.sample(&mut rng) as u32,
+            prompt_tokens: prompt_for(&spec.shape, &spec.prompt, &mut rng),
             output_tokens: spec.output.sample(&mut rng) as u32,
         });
     }
     Ok(Trace::of(spec, requests))
+}
+
+/// The share of `rag-mix` prompts that carry retrieved documents...
+const RAG_SHARE: f64 = 0.1;
+/// ...and their lengths.
+const RAG_PROMPT: Length = Length::Uniform { min: 1000, max: 2500 };
+
+/// A prompt length for `shape`: from `prompt`, or for `rag-mix` a document-carrying prompt
+/// with chance [`RAG_SHARE`].
+fn prompt_for(shape: &Shape, prompt: &Length, rng: &mut Rng) -> u32 {
+    if *shape == Shape::RagMix && rng.uniform() < RAG_SHARE {
+        RAG_PROMPT.sample(rng) as u32
+    } else {
+        prompt.sample(rng) as u32
+    }
 }
 
 /// Mean turns of a chat session (2–8, uniform).
@@ -437,6 +477,13 @@ mod tests {
         let longest = chat.requests.iter().map(|r| r.prompt_tokens).max().unwrap();
         assert!(longest > 1500 && longest <= MAX_PROMPT, "{longest}");
         assert!(chat.requests.windows(2).all(|w| w[0].timestamp <= w[1].timestamp));
+        let rag = generate(&spec(Shape::RagMix)).unwrap();
+        let (quiet, busy) = (count(&rag, 0.0, 900.0), count(&rag, 1260.0, 2700.0));
+        assert!((busy / quiet - 2.0).abs() < 0.25, "{quiet} → {busy}");
+        let long = rag.requests.iter().filter(|r| r.prompt_tokens >= 1000).count() as f64;
+        let share = long / rag.requests.len() as f64;
+        assert!((share - RAG_SHARE).abs() < 0.02, "{share}");
+        assert!(rag.requests.iter().all(|r| (64..=2500).contains(&r.prompt_tokens)));
         // Resampling keeps the pool's lengths at a stationary rate.
         let pool = std::sync::Arc::new(vec![(100, 10), (900, 20)]);
         let r = generate(&TraceSpec { resample: Some(pool), ..spec(Shape::Steady) }).unwrap();
