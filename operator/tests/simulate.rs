@@ -160,7 +160,9 @@ fn pacer_degrades_the_tier_at_max_replicas_and_restores_it() {
 /// replica-seconds, and keeps the attainment and cost against the bound it has today
 /// (deterministic, so any change that loses them fails here). On the chat sessions the TTFT
 /// floor of long prompts sits near the target: summing the percentiles of the waits and of the
-/// prefill (not the percentile of their sum) ran 2.52× the bound there. `rag-mix` is held out.
+/// prefill (not the percentile of their sum) ran 2.52× the bound there, and taking the
+/// bucketed prompt length at the percentile up as fast as the mean 1.78×. `rag-mix` was
+/// written after both, and held out.
 #[test]
 fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_chat_and_keeps_its_figures() {
     let c = config("");
@@ -168,7 +170,7 @@ fn pacer_beats_the_llmd_law_on_the_smooth_traces_and_chat_and_keeps_its_figures(
         (Shape::Step, 0.98, 1.36),
         (Shape::Ramp, 1.0, 1.04),
         (Shape::Diurnal, 1.0, 1.20),
-        (Shape::ChatSessions, 1.0, 1.78),
+        (Shape::ChatSessions, 1.0, 1.48),
         (Shape::RagMix, 1.0, 1.26),
     ] {
         let cal = compare::calibrate(&c, &compare::mix_of(&shape, 1).expect("mix")).expect("calibration");

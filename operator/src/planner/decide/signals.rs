@@ -79,7 +79,10 @@ pub(super) fn remember(observation: &Observation, history: &mut History, keep: S
 }
 
 /// `seen` blended into `old`: longer requests are taken faster than shorter ones, erring
-/// toward the SLA.
+/// toward the SLA. The prompt length at the percentile is the exception: it is read from
+/// histogram buckets (1-2-5 per decade), and inside a wide one a handful of long prompts moves
+/// it by hundreds of tokens, so it moves at [`SHAPE_SMOOTHING`] both ways. (Taken up at
+/// [`SHAPE_SMOOTHING_UP`], such jumps bought replicas that changed little on `chat-sessions`.)
 fn blend(old: SeenShape, seen: SeenShape) -> SeenShape {
     let mix = |old: f64, new: f64| {
         let w = if new > old { SHAPE_SMOOTHING_UP } else { SHAPE_SMOOTHING };
@@ -89,9 +92,28 @@ fn blend(old: SeenShape, seen: SeenShape) -> SeenShape {
         at: seen.at,
         prompt: mix(old.prompt, seen.prompt),
         prompt_tail: match (old.prompt_tail, seen.prompt_tail) {
-            (Some(a), Some(b)) => Some(mix(a, b)),
+            (Some(a), Some(b)) => Some(SHAPE_SMOOTHING * b + (1.0 - SHAPE_SMOOTHING) * a),
             (_, b) => b,
         },
         output: mix(old.output, seen.output),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longer_prompts_are_taken_fast_but_a_bucketed_tail_is_not() {
+        let old = SeenShape { at: 0.0, prompt: 800.0, prompt_tail: Some(2000.0), output: 100.0 };
+        let seen = SeenShape { at: 30.0, prompt: 1000.0, prompt_tail: Some(2800.0), output: 100.0 };
+        let up = blend(old, seen);
+        assert!((up.prompt - (800.0 + SHAPE_SMOOTHING_UP * 200.0)).abs() < 1e-9, "{up:?}");
+        assert!((up.prompt_tail.unwrap() - (2000.0 + SHAPE_SMOOTHING * 800.0)).abs() < 1e-9, "{up:?}");
+        // Both fall at the same pace.
+        let down = blend(seen, old);
+        assert!((down.prompt - (1000.0 - SHAPE_SMOOTHING * 200.0)).abs() < 1e-9, "{down:?}");
+        assert!((down.prompt_tail.unwrap() - (2800.0 - SHAPE_SMOOTHING * 800.0)).abs() < 1e-9, "{down:?}");
+        assert_eq!(down.at, 0.0);
     }
 }
