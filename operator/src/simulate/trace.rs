@@ -44,10 +44,10 @@ pub enum Shape {
     /// plus the conversation so far (up to about 3,000 tokens), so arrivals cluster and
     /// prompts lengthen within a session.
     ChatSessions,
-    /// Held out, written after the planner's tuning on `chat-sessions`: retrieval-augmented
-    /// traffic through a working day — Poisson arrivals at the base rate, rising to twice it
-    /// over the second quarter-hour-and-a-bit (25–35 % of the run), held, and back down at
-    /// 75–85 %; a tenth of the prompts carry retrieved documents (1,000–2,500 tokens), the rest
+    /// Held out, written after the planner's last change tuned on `chat-sessions`:
+    /// retrieval-augmented traffic through a working day — Poisson arrivals at the base rate,
+    /// rising to twice it between 25 and 35 % of the run, held, and back down between 75 and
+    /// 85 %; a tenth of the prompts carry retrieved documents (1,000–2,500 tokens), the rest
     /// are questions (64–512).
     RagMix,
     /// Requests read from a JSON-lines file.
