@@ -4,19 +4,28 @@
 
 use serde::Serialize;
 
-/// The engine's SplitMix64 with the distributions a load generator needs; a seed reproduces a
-/// run's schedule and prompts.
+/// SplitMix64 with the distributions a load generator needs; a seed reproduces a run's schedule
+/// and prompts. The same generator as the engine's sampler (`pacer_engine::sampling`), so seeded
+/// schedules never change with a dependency; a test holds the two streams equal.
 #[derive(Debug, Clone)]
-pub struct Rng(pacer_engine::sampling::SplitMix64);
+pub struct Rng(u64);
 
 impl Rng {
     /// A generator from `seed`.
     pub fn new(seed: u64) -> Self {
-        Rng(pacer_engine::sampling::SplitMix64::new(seed))
+        Rng(seed)
+    }
+    /// The next 64 random bits (SplitMix64).
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
     /// Uniform in (0, 1): never 0, so `ln` is always finite.
     pub fn uniform(&mut self) -> f64 {
-        ((self.0.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     }
     /// Standard normal (Box–Muller).
     pub fn normal(&mut self) -> f64 {

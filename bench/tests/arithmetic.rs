@@ -174,3 +174,16 @@ async fn without_usage_a_local_tokenizer_counts_the_generated_text() {
     assert_eq!((r.output_tokens, r.token_source), (want, TokenSource::Tokenizer));
     assert!(want >= 3, "the SmolLM2 tokenizer splits digits, so w0w1w2 is at least 3 tokens");
 }
+
+/// The load generator's SplitMix64 is the engine's, bit for bit: seeded schedules and prompts
+/// (and the simulator's traces, drawn with it) stay what they were when the two shared one type.
+#[test]
+fn the_load_generator_draws_the_engines_splitmix64_stream() {
+    for seed in [0, 1, 7, 42, u64::MAX] {
+        let mut ours = pacer_bench::load::Rng::new(seed);
+        let mut engine = pacer_engine::sampling::SplitMix64::new(seed);
+        for _ in 0..1000 {
+            assert_eq!(ours.next_u64(), engine.next_u64(), "seed {seed}");
+        }
+    }
+}
