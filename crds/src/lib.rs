@@ -5,6 +5,9 @@
 //! - [`InferenceServiceStatus`]: what the operator reports — conditions, replicas, the live lever
 //!   values, observed percentiles and the last decision.
 //! - [`conditions`]: condition types and reasons, as constants shared by operator and tests.
+//! - How a service reads as the planner's input: [`InferenceServiceSpec::planner_spec`],
+//!   [`InferenceService::initial_levers`] and [`InferenceService::current_levers`]. The
+//!   quantization [`Tier`] is the planner's type, re-exported.
 //!
 //! Validation lives in the schema (types, enums, bounds, patterns) and in CEL rules
 //! (`x-kubernetes-validations`) for everything that relates two fields, each with a message a
@@ -13,10 +16,12 @@
 #![forbid(unsafe_code)]
 
 pub mod conditions;
+mod planner;
 pub mod schema;
 mod spec;
 mod status;
 
+pub use pacer_planner::Tier;
 pub use spec::*;
 pub use status::*;
 

@@ -1,6 +1,6 @@
 //! The `InferenceService` spec: model, engine pods, SLA, and the ranges of the three levers.
 
-use crate::InferenceServiceStatus;
+use crate::{InferenceServiceStatus, Tier};
 use k8s_openapi::api::core::v1::{EnvVar, LocalObjectReference, ResourceRequirements, Toleration};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -458,41 +458,6 @@ pub struct TokenBudgetRange {
     /// The value new engine pods start with.
     #[schemars(range(min = 16, max = 65536))]
     pub initial: u32,
-}
-
-/// A quantization tier of the engine's weights (`pacer-engine --tier`).
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tier {
-    /// Full precision.
-    #[serde(rename = "f32")]
-    F32,
-    /// 8-bit blocks.
-    #[serde(rename = "q8_0")]
-    Q8_0,
-    /// As stored in the GGUF file.
-    #[serde(rename = "native")]
-    Native,
-    /// 4-bit blocks: the smallest and fastest.
-    #[serde(rename = "q4_0")]
-    Q4_0,
-}
-
-impl Tier {
-    /// The name `pacer-engine --tier` and the CRD use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::F32 => "f32",
-            Tier::Q8_0 => "q8_0",
-            Tier::Native => "native",
-            Tier::Q4_0 => "q4_0",
-        }
-    }
-}
-
-impl std::fmt::Display for Tier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// Which quantization tiers the planner may use.

@@ -351,7 +351,7 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
     }
     // Before the child caches are filled every child would look missing and be re-applied.
     ctx.stores.ready().await;
-    let current = Levers::current(&isvc);
+    let current = isvc.current_levers();
     let now = (ctx.now)();
 
     if let Err(spec_error) = build::validate(&isvc) {

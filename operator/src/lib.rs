@@ -12,8 +12,8 @@
 //!   maths for local mode's scraper.
 //! - [`observer`]: the task that refreshes them for every InferenceService, once per tick.
 //! - [`sla`]: the planner inside a reconcile.
-//! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles.
-//! - [`simulate`]: a calibrated discrete-event simulator of a service under a scaling policy.
+//! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles
+//!   (the `pacer-planner` crate, re-exported).
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
 // Output goes through `tracing` or a returned value; a print in a library is a leftover.
@@ -27,14 +27,14 @@ pub mod leader;
 pub mod local;
 pub mod metrics_source;
 pub mod observer;
-pub mod planner;
 pub mod scope;
-pub mod simulate;
 pub mod sla;
 pub mod status;
 pub mod telemetry;
 
 pub use error::Error;
+/// The SLA planner, its own crate (`pacer-planner`: pure, no IO, no Kubernetes).
+pub use pacer_planner as planner;
 
 /// The CRD as YAML, exactly as committed in `crds/inferenceservice.yaml`.
 pub fn crd_yaml() -> String {
@@ -69,7 +69,7 @@ mod tests {
                 serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             isvc.metadata.namespace = Some("default".into());
             crate::build::validate(&isvc).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let levers = crate::build::Levers::initial(&isvc);
+            let levers = isvc.initial_levers();
             let _ = crate::build::deployment(&isvc, &levers);
         }
     }

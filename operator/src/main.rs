@@ -12,6 +12,7 @@ use pacer_operator::controller::{self, Scope};
 use pacer_operator::leader::{Elector, Leadership, Timing};
 use pacer_operator::metrics_source::{MetricsSource, PrometheusArgs, PrometheusSource};
 use pacer_operator::observer::Observer;
+use pacer_operator::planner::profile::ProfileError;
 use pacer_operator::planner::{CapacityModel, EngineProfile};
 use pacer_operator::sla::SlaLoop;
 use pacer_operator::telemetry::{self, Metrics};
@@ -405,7 +406,7 @@ async fn run(args: RunArgs) -> Result<()> {
 
 /// `simulate`: one run, or every policy on every trace; prints the files written.
 fn simulate(args: SimulateArgs) -> Result<()> {
-    use pacer_operator::simulate::{self as sim, compare};
+    use pacer_simulator::{self as sim, compare};
     let SimulateArgs {
         profile,
         trace,
@@ -421,7 +422,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     let profiles = if profile == ["builtin"] {
         vec![sim::test_profile(pacer_crds::Tier::Q8_0), sim::test_profile(pacer_crds::Tier::Q4_0)]
     } else {
-        profile.iter().map(|p| EngineProfile::read(Path::new(p))).collect::<Result<_, _>>()?
+        profile.iter().map(|p| read_profile(Path::new(p))).collect::<Result<_, _>>()?
     };
     let yaml = match &spec {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
@@ -446,8 +447,8 @@ fn simulate(args: SimulateArgs) -> Result<()> {
 }
 
 fn calibrate(args: CalibrateArgs) -> Result<()> {
-    use pacer_operator::simulate::{engine::Settings, fidelity};
-    let profile = EngineProfile::read(&args.profile)?;
+    use pacer_simulator::{engine::Settings, fidelity};
+    let profile = read_profile(&args.profile)?;
     let settings = Settings {
         max_step: args.max_step_ms as f64 / 1e3,
         ..Settings::new(args.max_batch_size, args.batch_wait_ms / 1e3)
@@ -513,13 +514,21 @@ fn sla_loop(prometheus: &PrometheusArgs, interval: u64, profiles: Option<&Path>)
     Ok(Some(SlaLoop::new(observer, model)))
 }
 
+/// Reads and checks one engine profile file.
+fn read_profile(path: &Path) -> Result<EngineProfile, ProfileError> {
+    let shown = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ProfileError::Read { path: shown.clone(), source })?;
+    EngineProfile::parse(&text, &shown)
+}
+
 /// Every `*.json` engine profile in `dir`.
 fn read_profiles(dir: &Path) -> Result<Vec<EngineProfile>> {
     let mut profiles = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading profiles in {}", dir.display()))? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "json") {
-            let profile = EngineProfile::read(&path)?;
+            let profile = read_profile(&path)?;
             tracing::info!(tier = %profile.tier, path = %path.display(), "engine profile");
             profiles.push(profile);
         }

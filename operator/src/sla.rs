@@ -6,7 +6,7 @@
 
 use crate::metrics_source::ServiceKey;
 use crate::observer::Observer;
-use crate::planner::{self, CapacityModel, History, Levers, Observation, PlannerSpec};
+use crate::planner::{self, CapacityModel, History, Levers, Observation};
 use crate::status::PlannerOutcome;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -72,7 +72,7 @@ impl SlaLoop {
         now: &Time,
     ) -> Evaluation {
         let key = ObjectRef::from_obj(isvc);
-        let spec = PlannerSpec::from_spec(&isvc.spec);
+        let spec = isvc.spec.planner_spec();
         let t = seconds(now);
         let mut states = self.states.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let uid = isvc.metadata.uid.clone();
@@ -255,7 +255,7 @@ mod tests {
         other.metadata.name = Some("other".into());
         other.metadata.uid = Some("uid-other".into());
         for isvc in [&old, &other] {
-            let e = sla.evaluate(isvc, Levers::current(isvc), None, &now);
+            let e = sla.evaluate(isvc, isvc.current_levers(), None, &now);
             assert!(e.decided_now);
         }
         assert_eq!(sla.tracked(), 2);
@@ -264,10 +264,10 @@ mod tests {
         // recommendation, and a decision at once instead of the old one's interval.
         let mut recreated = fixtures::isvc();
         recreated.metadata.uid = Some("uid-recreated".into());
-        let e = sla.evaluate(&recreated, Levers::current(&recreated), None, &now);
+        let e = sla.evaluate(&recreated, recreated.current_levers(), None, &now);
         assert!(e.decided_now && e.previous_recommendation.is_none());
         // The old object's own evaluation within the interval would have reused its state.
-        let again = sla.evaluate(&recreated, Levers::current(&recreated), None, &now);
+        let again = sla.evaluate(&recreated, recreated.current_levers(), None, &now);
         assert!(!again.decided_now);
 
         // A sweep against the watch cache drops what is gone (`other`, deleted in the
@@ -303,17 +303,17 @@ mod tests {
 
         // The new leader holds (the interval is not over) and carries the memory on.
         let sla = sla_loop();
-        let e = sla.evaluate(&isvc, Levers::current(&isvc), None, &Time(now));
+        let e = sla.evaluate(&isvc, isvc.current_levers(), None, &Time(now));
         assert!(!e.decided_now);
         assert_eq!(e.outcome.decision.reason, planner::Reason::Resumed);
-        assert_eq!(e.levers, Levers::current(&isvc));
+        assert_eq!(e.levers, isvc.current_levers());
         let carried = &e.outcome.decision.history;
         assert_eq!(carried.last_change, history.last_change);
         assert_eq!(carried.pending_scale_up, history.pending_scale_up);
         assert_eq!(carried.correction, history.correction);
         // It decides on the old leader's schedule, with that history.
         let later = Time(now + std::time::Duration::from_secs(25));
-        let e = sla.evaluate(&isvc, Levers::current(&isvc), None, &later);
+        let e = sla.evaluate(&isvc, isvc.current_levers(), None, &later);
         assert!(e.decided_now);
         assert_eq!(e.outcome.decision.history.correction, history.correction);
         assert_eq!(e.outcome.decision.history.last_change, history.last_change);
@@ -321,13 +321,13 @@ mod tests {
         // A memory that cannot be trusted is ignored: the leader starts afresh and decides.
         for memory in ["{\"v\":99}".to_string(), "garbage".into()] {
             isvc.status.as_mut().expect("status").planner_memory = Some(memory);
-            let e = sla_loop().evaluate(&isvc, Levers::current(&isvc), None, &Time(now));
+            let e = sla_loop().evaluate(&isvc, isvc.current_levers(), None, &Time(now));
             assert!(e.decided_now);
             assert!(e.outcome.decision.history.correction.is_empty());
         }
         // So is one for another generation of the spec: a changed spec is evaluated at once.
         isvc.status.as_mut().expect("status").planner_memory = planner::memory::encode(&history);
         isvc.metadata.generation = Some(2);
-        assert!(sla_loop().evaluate(&isvc, Levers::current(&isvc), None, &Time(now)).decided_now);
+        assert!(sla_loop().evaluate(&isvc, isvc.current_levers(), None, &Time(now)).decided_now);
     }
 }

@@ -401,7 +401,7 @@ mod tests {
     #[test]
     fn ready_when_every_desired_replica_is_ready_on_the_current_template() {
         let isvc = fixtures::isvc();
-        let levers = Levers { replicas: 2, ..Levers::initial(&isvc) };
+        let levers = Levers { replicas: 2, ..isvc.initial_levers() };
         let s = status_of(&isvc, &levers, Some(&deployment(3, 3, 2, 2, 2)), 10);
         assert_eq!(cond(&s, conditions::READY).status, "True");
         assert_eq!(cond(&s, conditions::PROGRESSING).status, "False");
@@ -421,7 +421,7 @@ mod tests {
     #[test]
     fn transition_times_survive_while_the_status_holds() {
         let mut isvc = fixtures::isvc();
-        let levers = Levers::initial(&isvc);
+        let levers = isvc.initial_levers();
         let d = deployment(1, 1, 1, 1, 1);
         let first = status_of(&isvc, &levers, Some(&d), 10);
         isvc.status = Some(first.clone());
@@ -437,7 +437,7 @@ mod tests {
     fn an_invalid_spec_is_reported_not_ready() {
         let isvc = fixtures::isvc();
         let err = SpecError::Name("x".into());
-        let levers = Levers::initial(&isvc);
+        let levers = isvc.initial_levers();
         let s = desired(&Observed {
             isvc: &isvc,
             levers: &levers,
@@ -464,14 +464,14 @@ mod tests {
                 ..DeploymentCondition::default()
             }]);
         }
-        let s = status_of(&isvc, &Levers::initial(&isvc), Some(&d), 1);
+        let s = status_of(&isvc, &isvc.initial_levers(), Some(&d), 1);
         assert_eq!(cond(&s, conditions::PROGRESSING).reason, reasons::PROGRESS_DEADLINE_EXCEEDED);
     }
 
     fn outcome(sla: SlaState, ttft: f64, reason: Reason, change: bool, applied: bool) -> PlannerOutcome {
         use crate::planner::{Change, Direction, Freshness, History, Lever, Observation, ServiceMetrics};
         let isvc = fixtures::isvc();
-        let current = Levers::initial(&isvc);
+        let current = isvc.initial_levers();
         let recommended = if change { Levers { replicas: 2, ..current } } else { current };
         let mut metrics = ServiceMetrics::missing();
         metrics.ttft = Quantile::from_parts(Some(ttft), Some(300.0));
@@ -520,7 +520,7 @@ mod tests {
     #[test]
     fn the_status_says_whether_the_engines_run_the_settings() {
         let isvc = fixtures::isvc();
-        let levers = Levers::initial(&isvc);
+        let levers = isvc.initial_levers();
         let with = |applied: AppliedSettings| {
             let mut p = outcome(SlaState::Met, 0.2, Reason::SlaMet, false, true);
             p.observation.metrics.applied = applied;
@@ -579,7 +579,7 @@ mod tests {
     fn the_sla_conditions_and_columns_tell_what_the_planner_saw() {
         use crate::planner::Reason;
         let isvc = fixtures::isvc();
-        let levers = Levers::initial(&isvc);
+        let levers = isvc.initial_levers();
         let p = outcome(SlaState::Violated, 0.6, Reason::TtftViolated, true, true);
         let s = desired(&Observed {
             isvc: &isvc,
@@ -638,7 +638,7 @@ mod tests {
     fn without_metrics_the_sla_is_unknown_and_says_why() {
         use crate::planner::Reason;
         let isvc = fixtures::isvc();
-        let levers = Levers::initial(&isvc);
+        let levers = isvc.initial_levers();
         let s = status_of(&isvc, &levers, Some(&deployment(1, 1, 1, 1, 1)), 1);
         assert_eq!(cond(&s, conditions::SLA_MET).status, "Unknown");
         assert_eq!(cond(&s, conditions::METRICS_AVAILABLE).reason, reasons::NO_METRICS_SOURCE);

@@ -1,5 +1,5 @@
 //! The engine profiles committed in `config/profiles/` are what the planner can read: each
-//! parses and passes `EngineProfile::read`'s checks, its name matches its content, and its
+//! parses and passes `EngineProfile::parse`'s checks, its name matches its content, and its
 //! quality figures are sane (the f32 reference agrees with itself exactly).
 
 #![allow(clippy::unwrap_used)]
@@ -21,7 +21,9 @@ fn committed() -> Vec<(String, EngineProfile)> {
     files
         .into_iter()
         .map(|p| {
-            let profile = EngineProfile::read(&p).unwrap_or_else(|e| panic!("{e}"));
+            let text = std::fs::read_to_string(&p).unwrap();
+            let profile =
+                EngineProfile::parse(&text, &p.display().to_string()).unwrap_or_else(|e| panic!("{e}"));
             (p.file_stem().unwrap().to_string_lossy().into_owned(), profile)
         })
         .collect()

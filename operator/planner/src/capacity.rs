@@ -25,7 +25,7 @@
 use super::observation::ServiceMetrics;
 use super::profile::{EngineProfile, StepModel};
 use super::tail::{Lengths, Wait, quantile_of_sum};
-use pacer_crds::Tier;
+use crate::Tier;
 use std::collections::BTreeMap;
 
 /// The engine's default token budget (`--max-num-batched-tokens`).
@@ -119,7 +119,7 @@ impl CapacityModel {
         let mut steps: BTreeMap<Tier, StepModel> = BTreeMap::new();
         let cost = |s: &StepModel| s.step_seconds(8.0, 0.0, 8.0 * 256.0);
         for p in profiles {
-            if let Some(tier) = tier_named(&p.tier) {
+            if let Some(tier) = Tier::named(&p.tier) {
                 let slower = steps.get(&tier).is_none_or(|kept| cost(&p.step) > cost(kept));
                 if slower {
                     steps.insert(tier, p.step);
@@ -229,11 +229,6 @@ pub struct Limits {
     /// queue's percentiles swing from window to window whatever their mean says, and the
     /// percentiles the model predicts there are the least certain.
     pub utilization: f64,
-}
-
-/// The tier `pacer-engine --tier` calls `name`.
-pub fn tier_named(name: &str) -> Option<Tier> {
-    [Tier::F32, Tier::Q8_0, Tier::Native, Tier::Q4_0].into_iter().find(|t| t.as_str() == name)
 }
 
 /// The fewest prompt tokens the engine's first prompt gets in a step, whatever the ITL budget

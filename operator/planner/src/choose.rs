@@ -67,7 +67,7 @@ fn values(min: u32, max: u32, initial: u32, current: u32) -> Vec<u32> {
 
 /// The tiers the planner may choose, most precise first: the preferred tier and, when the spec
 /// allows degrading, the faster ones after it.
-pub fn tiers(spec: &PlannerSpec) -> Vec<pacer_crds::Tier> {
+pub fn tiers(spec: &PlannerSpec) -> Vec<crate::Tier> {
     let Some(preferred) = spec.tier_rank(spec.preferred_tier) else { return vec![spec.preferred_tier] };
     if spec.allow_degrade { spec.tiers[preferred..].to_vec() } else { vec![spec.preferred_tier] }
 }
@@ -152,7 +152,7 @@ pub struct Ask<'a> {
     /// Only this replica count (the fast levers for the replicas ready now), or any in range.
     pub replicas: Option<i32>,
     /// The tiers the search may use.
-    pub tiers: &'a [pacer_crds::Tier],
+    pub tiers: &'a [crate::Tier],
 }
 
 /// The cheapest configuration predicted to carry `ask.rate` requests/s of the shape within

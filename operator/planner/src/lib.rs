@@ -1,7 +1,9 @@
 //! The SLA planner: pure decisions. [`decide`] takes the spec, one [`Observation`], the levers in
 //! force, the planner's [`History`] and the time, and returns a [`Decision`]: the levers to run
 //! at next, which lever moved and why, in a reason code and one sentence. No IO, no clock reads:
-//! the operator, local mode and the simulator all drive this same function.
+//! the operator, local mode and the simulator all drive this same function. The crate depends on
+//! nothing that does IO (serde and thiserror only), and its lints refuse the standard library's
+//! file, network, process and clock calls, so "pure" is checked, not promised.
 //!
 //! - [`observation`]: what is seen (percentiles with sample counts, rates, freshness).
 //! - [`spec`]: targets, ranges and policy in seconds.
@@ -13,11 +15,18 @@
 //! - [`forecast`]: the load to plan for, from the leading signals.
 //! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
 //! - [`decide`](mod@decide): trust, learning, and turning the choice into lever moves.
+//! - [`tier`]: the quantization tiers (the API crate re-exports [`Tier`]).
+//! - [`histogram`]: Prometheus text exposition and `histogram_quantile`'s arithmetic, shared by
+//!   local mode's scraper and the simulator's Prometheus.
+#![forbid(unsafe_code)]
+// Output goes through a returned value; a print in a library is a leftover.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod capacity;
 pub mod choose;
 pub mod decide;
 pub mod forecast;
+pub mod histogram;
 pub mod levers;
 pub mod memory;
 pub mod observation;
@@ -26,6 +35,7 @@ pub mod spec;
 pub mod tail;
 #[cfg(test)]
 mod tests;
+pub mod tier;
 
 pub use capacity::{CapacityModel, EngineConfig, Prediction, Workload};
 pub use decide::{decide, due};
@@ -36,6 +46,7 @@ pub use observation::{
 };
 pub use profile::{EngineProfile, StepModel};
 pub use spec::PlannerSpec;
+pub use tier::Tier;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -60,7 +60,7 @@ pub fn decode(text: &str, now: f64) -> Option<History> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::{Correction, SeenShape};
+    use crate::{Correction, SeenShape};
 
     /// Just after every time in [`lived`].
     const NOW: f64 = 1_764_000_060.0;

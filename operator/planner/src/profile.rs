@@ -7,7 +7,6 @@
 //! where `context` is the sum over decode rows of the tokens each attends to.
 
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 /// The profile format version this code reads.
 pub const PROFILE_SCHEMA: u32 = 1;
@@ -112,14 +111,12 @@ pub enum ProfileError {
 }
 
 impl EngineProfile {
-    /// Reads and checks a profile file.
-    pub fn read(path: &Path) -> Result<EngineProfile, ProfileError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ProfileError::Read { path: shown.clone(), source })?;
-        let profile: EngineProfile = serde_json::from_str(&text)
-            .map_err(|e| ProfileError::Invalid { path: shown.clone(), message: e.to_string() })?;
-        profile.check().map_err(|message| ProfileError::Invalid { path: shown, message })?;
+    /// Parses and checks the text of a profile file; `path` names it in errors. (Reading the
+    /// file is the caller's: this crate does no IO.)
+    pub fn parse(text: &str, path: &str) -> Result<EngineProfile, ProfileError> {
+        let profile: EngineProfile = serde_json::from_str(text)
+            .map_err(|e| ProfileError::Invalid { path: path.to_owned(), message: e.to_string() })?;
+        profile.check().map_err(|message| ProfileError::Invalid { path: path.to_owned(), message })?;
         Ok(profile)
     }
 

@@ -1,7 +1,8 @@
-//! The part of an InferenceService spec the planner reads, in the units it computes with, so the
-//! simulator and local mode can build one without a Kubernetes object.
+//! The part of an InferenceService spec the planner reads, in the units it computes with
+//! (`pacer-crds` maps the API object onto it), so the simulator and local mode can build one
+//! without a Kubernetes object.
 
-use pacer_crds::{InferenceServiceSpec, PolicyMode, Tier, parse_duration};
+use crate::Tier;
 use serde::{Deserialize, Serialize};
 
 /// Targets, ranges and policy, with durations in seconds.
@@ -53,36 +54,6 @@ pub struct PlannerSpec {
 }
 
 impl PlannerSpec {
-    /// Reads the planner's view of `spec`; durations the schema would refuse fall back to
-    /// their defaults (the controller refuses such specs before the planner runs).
-    pub fn from_spec(spec: &InferenceServiceSpec) -> PlannerSpec {
-        let secs = |text: &str, default: f64| parse_duration(text).map_or(default, |d| d.as_secs_f64());
-        let p = &spec.policy;
-        PlannerSpec {
-            percentile: spec.sla.percentile,
-            ttft_target: f64::from(spec.sla.ttft_ms) / 1000.0,
-            itl_target: f64::from(spec.sla.itl_ms) / 1000.0,
-            e2e_target: spec.sla.e2e_ms.map(|ms| f64::from(ms) / 1000.0),
-            window: secs(&spec.sla.window, 300.0),
-            min_replicas: spec.replicas.min,
-            max_replicas: spec.replicas.max,
-            batch_min: spec.batching.max_batch_size.min,
-            batch_max: spec.batching.max_batch_size.max,
-            batch_initial: spec.batching.max_batch_size.initial,
-            budget_min: spec.batching.max_num_batched_tokens.min,
-            budget_max: spec.batching.max_num_batched_tokens.max,
-            budget_initial: spec.batching.max_num_batched_tokens.initial,
-            tiers: spec.quantization.allowed_tiers.clone(),
-            preferred_tier: spec.quantization.preferred(),
-            allow_degrade: spec.quantization.allow_degrade,
-            enforce: p.mode == PolicyMode::Enforce,
-            evaluation_interval: secs(&p.evaluation_interval, 30.0),
-            scale_up_stabilization: secs(&p.scale_up_stabilization, 60.0),
-            scale_down_stabilization: secs(&p.scale_down_stabilization, 300.0),
-            max_step_ms: spec.batching.max_step_ms.unwrap_or(0),
-        }
-    }
-
     /// The SLA percentile as a quantile in 0..1.
     pub fn quantile(&self) -> f64 {
         self.percentile / 100.0

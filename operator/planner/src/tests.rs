@@ -5,7 +5,7 @@ use super::capacity::tests::test_step;
 use super::choose::{self, Choice};
 use super::decide::{MARGIN, SHED_MARGIN, note};
 use super::*;
-use pacer_crds::Tier;
+use crate::Tier;
 use proptest::prelude::*;
 
 fn spec() -> PlannerSpec {

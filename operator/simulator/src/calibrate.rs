@@ -194,9 +194,9 @@ impl Profiled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planner::capacity::{CapacityModel, EngineConfig, Limits, Workload};
-    use crate::simulate::{DEFAULT_SPEC, read_spec, test_profile};
+    use crate::{DEFAULT_SPEC, read_spec, test_profile};
     use pacer_crds::Tier;
+    use pacer_planner::capacity::{CapacityModel, EngineConfig, Limits, Workload};
 
     /// The capacity model against the simulator it plans for: one replica of the built-in
     /// `q8_0` profile on the built-in traces' request mix, the highest rate whose whole-run

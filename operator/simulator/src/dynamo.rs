@@ -12,7 +12,7 @@ use super::calibrate::Profiled;
 use super::engine::{KV_CACHE_TOKENS, StepRecord};
 use super::policy::{Policy, Tick, with_replicas};
 use super::prom::{EngineReport, Seen};
-use crate::planner::{Levers, PlannerSpec};
+use pacer_planner::{Levers, PlannerSpec};
 use std::collections::HashMap;
 
 /// Seconds between the throughput loop's evaluations (`throughput_adjustment_interval`).

@@ -9,7 +9,7 @@
 //! Prometheus histograms.
 
 use super::prom::EngineMetrics;
-use crate::planner::StepModel;
+use pacer_planner::StepModel;
 use std::collections::VecDeque;
 
 /// Tokens one step may carry (`--max-num-batched-tokens`' default).

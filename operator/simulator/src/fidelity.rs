@@ -5,8 +5,8 @@
 //! `docs/benchmarks.md` (`scripts/calibrate.sh` runs it at three rates and two tiers).
 
 use super::engine::{Engine, Finished, Seq, Settings};
-use crate::planner::StepModel;
 use pacer_bench::metrics::{RequestRecord, percentile};
+use pacer_planner::StepModel;
 use serde::Serialize;
 
 /// One latency at P50 and P95, measured and simulated.

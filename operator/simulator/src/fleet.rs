@@ -5,7 +5,7 @@
 
 use super::engine::{Engine, Finished, Seq, Settings};
 use super::prom::EngineReport;
-use crate::planner::{EngineProfile, Levers};
+use pacer_planner::{EngineProfile, Levers};
 use std::collections::VecDeque;
 
 /// Where a pod is in its life.

@@ -24,7 +24,7 @@ use super::policy::{Policy, Tick, with_replicas};
 use super::prom::Seen;
 use super::trace::Trace;
 use super::{SimConfig, SimError};
-use crate::planner::Levers;
+use pacer_planner::Levers;
 
 /// Seconds between the references' evaluations (finer than any policy's, so a boundary is met
 /// within a tick).

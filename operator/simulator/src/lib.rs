@@ -13,6 +13,9 @@
 //! - [`fidelity`]: a measured run replayed through one simulated replica, side by side.
 //! - [`score`]: windows, attainment, replica-seconds, changes, recovery.
 //! - [`plot`]: the timeline picture; [`compare`]: every policy on every trace.
+#![forbid(unsafe_code)]
+// Output goes through `tracing` or a returned value; a print in a library is a leftover.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod calibrate;
 pub mod compare;
@@ -28,10 +31,10 @@ pub mod prom;
 pub mod score;
 pub mod trace;
 
-use crate::planner::{EngineProfile, Levers, PlannerSpec, StepModel};
 use engine::{Finished, Seq, Settings};
 use fleet::{Fleet, PodState};
 use pacer_crds::{InferenceService, InferenceServiceSpec, Tier};
+use pacer_planner::{EngineProfile, Levers, PlannerSpec, StepModel};
 use policy::Policy;
 use prom::{Prometheus, Sample};
 use score::{Outcome, Scorer};
@@ -79,7 +82,7 @@ impl SimConfig {
     /// 1 min rate window, 1 min scoring windows. Tiers without a profile are dropped from the
     /// allowed tiers.
     pub fn new(isvc: &InferenceServiceSpec, profiles: Vec<EngineProfile>) -> Result<SimConfig, SimError> {
-        let mut spec = PlannerSpec::from_spec(isvc);
+        let mut spec = isvc.planner_spec();
         let has = |t: &Tier| profiles.iter().any(|p| p.tier == t.as_str());
         spec.tiers.retain(|t| has(t));
         if !has(&spec.preferred_tier) {
@@ -140,7 +143,7 @@ pub fn test_profile(tier: Tier) -> EngineProfile {
         Tier::Q4_0 => 0.7,
     };
     EngineProfile {
-        schema: crate::planner::profile::PROFILE_SCHEMA,
+        schema: pacer_planner::profile::PROFILE_SCHEMA,
         model: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
         tier: tier.as_str().into(),
         threads: 1,

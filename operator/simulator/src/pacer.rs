@@ -1,12 +1,12 @@
 //! Pacer's own policy in the simulator: `planner::decide` on the same observation the operator
 //! would build, with its capacity model seeded from the run's profiles and its `History`
 //! carried from tick to tick exactly as the operator keeps it. It looks at every scrape and
-//! decides when [`planner::due`](crate::planner::due) says so: at its evaluation interval, or
+//! decides when [`planner::due`](pacer_planner::due) says so: at its evaluation interval, or
 //! early when a leading signal crosses.
 
 use super::policy::{Policy, Tick};
 use super::prom::Seen;
-use crate::planner::{CapacityModel, EngineProfile, History, Levers, PlannerSpec, decide, decide::note, due};
+use pacer_planner::{CapacityModel, EngineProfile, History, Levers, PlannerSpec, decide, decide::note, due};
 
 /// How often the policy looks at Prometheus' answers (the simulator's scrape interval).
 pub const OBSERVE_EVERY: f64 = 15.0;
@@ -68,7 +68,7 @@ impl Policy for Pacer {
 /// What a new leader starts from in a [`Failover`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Takeover {
-    /// The memory the old leader left in the status ([`crate::planner::memory`]).
+    /// The memory the old leader left in the status ([`pacer_planner::memory`]).
     FromStatus,
     /// Nothing: an empty history (what a new leader had before the memory existed).
     Empty,
@@ -107,8 +107,8 @@ impl Policy for Failover {
             self.done = true;
             let p = &mut self.pacer;
             p.history = match self.takeover {
-                Takeover::FromStatus => crate::planner::memory::encode(&p.history)
-                    .and_then(|text| crate::planner::memory::decode(&text, now))
+                Takeover::FromStatus => pacer_planner::memory::encode(&p.history)
+                    .and_then(|text| pacer_planner::memory::decode(&text, now))
                     .unwrap_or_default(),
                 Takeover::Empty => History::default(),
             };

@@ -3,7 +3,7 @@
 //! policy sees only what Prometheus answers ([`Seen`]) and the levers in force.
 
 use super::prom::Seen;
-use crate::planner::{Levers, PlannerSpec};
+use pacer_planner::{Levers, PlannerSpec};
 use std::collections::VecDeque;
 
 /// What a policy decided at one tick.

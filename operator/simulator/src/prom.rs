@@ -4,7 +4,7 @@
 //! counters with Prometheus' extrapolation, instant gauges — so a policy sees what it would see
 //! from a real Prometheus, quantization error and lag included.
 
-use crate::planner::{Freshness, Observation, Quantile, ServiceMetrics, observation::SHORT_RATE_WINDOW};
+use pacer_planner::{Freshness, Observation, Quantile, ServiceMetrics, observation::SHORT_RATE_WINDOW};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The engine's TTFT buckets (`engine/src/metrics.rs`), seconds.
@@ -379,7 +379,7 @@ pub fn histogram_quantile(q: f64, bounds: &[f64], cumulative: &[f64]) -> Option<
         .chain(std::iter::once(f64::INFINITY))
         .zip(cumulative.iter().copied())
         .collect();
-    let v = crate::metrics_source::histogram::bucket_quantile(q, &buckets);
+    let v = pacer_planner::histogram::bucket_quantile(q, &buckets);
     v.is_finite().then_some(v)
 }
 

@@ -8,7 +8,7 @@ use super::SimConfig;
 use super::engine::Finished;
 use super::prom::Seen;
 use super::trace::Trace;
-use crate::planner::Levers;
+use pacer_planner::Levers;
 use serde::Serialize;
 
 /// One scoring window of the timeline.

@@ -5,15 +5,15 @@
 //! Fixed seeds; each run is minutes to hours of simulated time.
 
 use pacer_crds::Tier;
-use pacer_operator::planner::Levers;
-use pacer_operator::simulate::compare::{self, LENGTHS, PolicyName};
-use pacer_operator::simulate::policy::{Policy, Static, Tick};
-use pacer_operator::simulate::prom::Seen;
-use pacer_operator::simulate::trace::{Shape, TraceSpec, generate};
-use pacer_operator::simulate::{SimConfig, calibrate, pacer::Pacer, read_spec, simulate, test_profile};
+use pacer_planner::Levers;
+use pacer_simulator::compare::{self, LENGTHS, PolicyName};
+use pacer_simulator::policy::{Policy, Static, Tick};
+use pacer_simulator::prom::Seen;
+use pacer_simulator::trace::{Shape, TraceSpec, generate};
+use pacer_simulator::{SimConfig, calibrate, pacer::Pacer, read_spec, simulate, test_profile};
 
 fn config(yaml_overrides: &str) -> SimConfig {
-    let mut yaml = pacer_operator::simulate::DEFAULT_SPEC.to_string();
+    let mut yaml = pacer_simulator::DEFAULT_SPEC.to_string();
     for (from, to) in yaml_overrides.split(';').filter_map(|p| p.split_once("=>")) {
         assert!(yaml.contains(from.trim()), "{from}");
         yaml = yaml.replace(from.trim(), to.trim());
@@ -22,7 +22,7 @@ fn config(yaml_overrides: &str) -> SimConfig {
     SimConfig::new(&spec, vec![test_profile(Tier::Q8_0), test_profile(Tier::Q4_0)]).expect("config")
 }
 
-fn trace(shape: Shape, rate: f64, seconds: f64, seed: u64) -> pacer_operator::simulate::trace::Trace {
+fn trace(shape: Shape, rate: f64, seconds: f64, seed: u64) -> pacer_simulator::trace::Trace {
     generate(&TraceSpec {
         shape,
         base_rate: rate,
@@ -112,7 +112,7 @@ fn pacer_recovers_from_a_step_and_gives_the_replicas_back() {
 /// every decision names the prediction it acted on.
 #[test]
 fn the_dynamo_baseline_scales_on_the_step_model_it_fits_to_the_workers_reports() {
-    use pacer_operator::simulate::dynamo::Dynamo;
+    use pacer_simulator::dynamo::Dynamo;
     let c = config("");
     let one = calibrate::capacity(&c, 1, &LENGTHS.into()).expect("capacity");
     let t = trace(Shape::Steady, 3.0 * one, 900.0, 4);
@@ -226,11 +226,11 @@ fn the_hindsight_references_show_what_no_policy_can_reach() {
 /// does not.
 #[test]
 fn a_failover_mid_step_keeps_the_old_leaders_course() {
-    use pacer_operator::simulate::pacer::{Failover, Takeover};
+    use pacer_simulator::pacer::{Failover, Takeover};
     let c = config("");
     let one = calibrate::capacity(&c, 1, &LENGTHS.into()).expect("capacity");
     let t = trace(Shape::Step, 2.0 * one, 5400.0, 5);
-    let moves = |o: &pacer_operator::simulate::score::Outcome| -> Vec<(u64, Levers, Levers)> {
+    let moves = |o: &pacer_simulator::score::Outcome| -> Vec<(u64, Levers, Levers)> {
         o.decisions.iter().map(|d| (d.t as u64, d.from, d.to)).collect()
     };
     let base = simulate(&c, &t, &mut Pacer::new(&c.spec, c.profiles.clone())).expect("run");

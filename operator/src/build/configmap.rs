@@ -15,7 +15,7 @@ pub const SETTINGS_FILE: &str = "/etc/pacer/settings/settings.json";
 /// bound) when unset. Always written, so engines never fall back to their own default, and the
 /// planner predicts the steps the engines run.
 pub fn max_step_ms(isvc: &InferenceService) -> u64 {
-    u64::from(crate::planner::PlannerSpec::from_spec(&isvc.spec).max_step_ms)
+    u64::from(isvc.spec.planner_spec().max_step_ms)
 }
 
 /// The settings document the engine parses (`pacer-engine serve --settings-file`).

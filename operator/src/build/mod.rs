@@ -175,7 +175,7 @@ mod tests {
     #[test]
     fn levers_start_at_the_initial_values() {
         let isvc = fixtures::isvc();
-        let l = Levers::current(&isvc);
+        let l = isvc.current_levers();
         assert_eq!(
             l,
             Levers {
@@ -198,7 +198,7 @@ mod tests {
             tier: Some("q4_0".into()),
             ..Default::default()
         });
-        let l = Levers::current(&isvc);
+        let l = isvc.current_levers();
         assert_eq!(
             l,
             Levers {
@@ -211,7 +211,7 @@ mod tests {
         );
         // A tier no longer allowed, or degrading switched off, returns to the preferred tier.
         isvc.spec.quantization.allow_degrade = false;
-        assert_eq!(Levers::current(&isvc).tier, Tier::Native);
+        assert_eq!(isvc.current_levers().tier, Tier::Native);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub mod validate;
 pub mod view;
 
 use crate::metrics_source::{MetricsSource, ServiceKey, WindowRequest};
-use crate::planner::{self, CapacityModel, EngineProfile, History, Levers, Observation, PlannerSpec};
+use crate::planner::{self, CapacityModel, EngineProfile, History, Observation};
 use kube::ResourceExt;
 use pacer_crds::InferenceService;
 use replicas::{EngineConfig, Supervisor};
@@ -201,12 +201,12 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
     }
     let io = |what: String| move |source| LocalError::Io { what, source };
     std::fs::create_dir_all(&options.out).map_err(io(format!("creating {}", options.out.display())))?;
-    let spec = PlannerSpec::from_spec(&isvc.spec);
+    let spec = isvc.spec.planner_spec();
     let mut profiles = Vec::new();
     for p in &options.profiles {
         let text = std::fs::read_to_string(p)
             .map_err(|e| LocalError::Profile { path: p.display().to_string(), message: e.to_string() })?;
-        let profile: EngineProfile = serde_json::from_str(&text)
+        let profile = EngineProfile::parse(&text, &p.display().to_string())
             .map_err(|e| LocalError::Profile { path: p.display().to_string(), message: e.to_string() })?;
         profiles.push(profile);
     }
@@ -231,7 +231,7 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
             .await;
     });
 
-    let initial = Levers::initial(&isvc);
+    let initial = isvc.initial_levers();
     let engine = EngineConfig {
         engine: options.engine.clone(),
         model: options.model.clone(),

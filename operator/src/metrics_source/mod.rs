@@ -11,7 +11,7 @@
 //! `METRICS.md`), so the same queries hold for pods of a real vLLM: only the
 //! `serving.pacer.dev/inferenceservice` pod label, relabelled to `inferenceservice`, is needed.
 
-pub mod histogram;
+pub use pacer_planner::histogram;
 pub mod prometheus;
 pub mod queries;
 

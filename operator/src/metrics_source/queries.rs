@@ -509,7 +509,7 @@ mod tests {
 
     #[test]
     fn implausible_answers_leave_the_service_missing_and_the_planner_holding() {
-        use crate::planner::{self, CapacityModel, History, Levers, Observation, PlannerSpec, Reason};
+        use crate::planner::{self, CapacityModel, History, Observation, Reason};
         let q = Measure::Quantile { latency: Latency::Ttft, quantile_ppm: 950_000, window_ms: 300_000 };
         let n = Measure::Samples { latency: Latency::Ttft, window_ms: 300_000 };
         for (measure, garbage) in [
@@ -530,7 +530,7 @@ mod tests {
                 "{measure:?} = {garbage}: {freshness:?}"
             );
             // What the planner does with it: hold, with the reason.
-            let spec = PlannerSpec::from_spec(&crate::build::fixtures::isvc().spec);
+            let spec = crate::build::fixtures::isvc().spec.planner_spec();
             let observation = Observation {
                 at: 1001.0,
                 freshness: freshness.clone(),
@@ -538,7 +538,7 @@ mod tests {
                 ready_replicas: 1,
                 desired_replicas: 1,
             };
-            let current = Levers::current(&crate::build::fixtures::isvc());
+            let current = crate::build::fixtures::isvc().current_levers();
             let d = planner::decide(
                 &spec,
                 &CapacityModel::default(),

@@ -41,11 +41,11 @@ pub fn lever_changes(from: &Levers, to: &Levers) -> Vec<Change> {
 }
 
 /// Bits of weight precision, for the direction of a tier change.
-fn tier_precision(tier: pacer_crds::Tier) -> u32 {
+fn tier_precision(tier: crate::Tier) -> u32 {
     match tier {
-        pacer_crds::Tier::F32 => 32,
-        pacer_crds::Tier::Q8_0 => 8,
-        pacer_crds::Tier::Native => 5,
-        pacer_crds::Tier::Q4_0 => 4,
+        crate::Tier::F32 => 32,
+        crate::Tier::Q8_0 => 8,
+        crate::Tier::Native => 5,
+        crate::Tier::Q4_0 => 4,
     }
 }
