@@ -7,7 +7,8 @@
 //! - [`apply`]: server-side apply of what drifted, nothing for what did not.
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
-//! - [`local`]: local mode, the SLA loop with engine replicas as local processes.
+//! - [`local`] (feature `local`): local mode, the SLA loop with engine replicas as local
+//!   processes.
 //! - [`metrics_source`]: the planner's observations from Prometheus (PromQL), and histogram
 //!   maths for local mode's scraper.
 //! - [`observer`]: the task that refreshes them for every InferenceService, once per tick.
@@ -24,6 +25,7 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
+#[cfg(feature = "local")]
 pub mod local;
 pub mod metrics_source;
 pub mod observer;

@@ -2,7 +2,13 @@
 //!
 //! - `crd`: print the InferenceService CRD (the YAML committed under `crds/`).
 //! - `run`: reconcile InferenceServices, with leader election, metrics and health endpoints.
-//! - `simulate`: a service under a scaling policy on a virtual clock, or every policy compared.
+//! - `local` (feature `local`): one InferenceService's SLA held on this machine.
+//! - `simulate` and `calibrate` (feature `simulate`): a service under a scaling policy on a
+//!   virtual clock, or every policy compared; the simulator against measured runs.
+//!
+//! The subcommands beside `crd` and `run` live in [`cmd`].
+
+mod cmd;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -12,7 +18,6 @@ use pacer_operator::controller::{self, Scope};
 use pacer_operator::leader::{Elector, Leadership, Timing};
 use pacer_operator::metrics_source::{MetricsSource, PrometheusArgs, PrometheusSource};
 use pacer_operator::observer::Observer;
-use pacer_operator::planner::profile::ProfileError;
 use pacer_operator::planner::{CapacityModel, EngineProfile};
 use pacer_operator::sla::SlaLoop;
 use pacer_operator::telemetry::{self, Metrics};
@@ -49,117 +54,15 @@ enum Command {
     Run(Box<RunArgs>),
     /// Hold one InferenceService's SLA on this machine: engine replicas as local processes
     /// behind a router, the same planner, optional built-in load, a report at the end.
-    Local(LocalArgs),
+    #[cfg(feature = "local")]
+    Local(cmd::local::LocalArgs),
     /// Simulate a service under a scaling policy on a virtual clock (no cluster, no engines).
-    Simulate(SimulateArgs),
+    #[cfg(feature = "simulate")]
+    Simulate(cmd::simulate::SimulateArgs),
     /// Replay a measured `pacer-bench run --requests-jsonl` through one simulated replica of the
     /// same tier and compare P50/P95 TTFT and ITL: how far the simulator is from the engine.
-    Calibrate(CalibrateArgs),
-}
-
-#[derive(Args, Debug)]
-struct CalibrateArgs {
-    /// Engine profile of the tier and thread count the measured engine ran.
-    #[arg(long, env = "PACER_SIM_PROFILE")]
-    profile: PathBuf,
-    /// The run's per-request file (`pacer-bench run --requests-jsonl`), once per run.
-    #[arg(long, required = true)]
-    requests: Vec<PathBuf>,
-    /// `--max-batch-size` the engine ran with.
-    #[arg(long, default_value_t = 16)]
-    max_batch_size: u32,
-    /// `--batch-wait-ms` the engine ran with.
-    #[arg(long, default_value_t = 0.0)]
-    batch_wait_ms: f64,
-    /// `--max-step-ms` the engine ran with (the engine's default is 100; 0 = no time bound).
-    #[arg(long, env = "PACER_CALIBRATE_MAX_STEP_MS", default_value_t = 100)]
-    max_step_ms: u64,
-    /// Write the comparisons as JSON here as well.
-    #[arg(long)]
-    json: Option<PathBuf>,
-}
-
-#[derive(Args, Debug)]
-struct SimulateArgs {
-    /// Engine profile (`pacer-engine profile` JSON), once per tier; `builtin` for the built-in
-    /// test profiles of q8_0 and q4_0.
-    #[arg(long, env = "PACER_SIM_PROFILE", value_delimiter = ',', default_value = "builtin")]
-    profile: Vec<String>,
-    /// Trace: steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions, rag-mix or
-    /// replay:FILE.jsonl.
-    #[arg(long, env = "PACER_SIM_TRACE", default_value = "step")]
-    trace: String,
-    /// Policy: pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N, bound, or the references
-    /// hindsight and hindsight-no-lead (the per-window need, known in advance).
-    #[arg(long, env = "PACER_SIM_POLICY", default_value = "pacer")]
-    policy: String,
-    /// InferenceService YAML whose SLA, ranges and policy to simulate [default: a built-in one].
-    #[arg(long, env = "PACER_SIM_SPEC")]
-    spec: Option<PathBuf>,
-    /// Hours of simulated time.
-    #[arg(long, env = "PACER_SIM_HOURS", default_value_t = 1.0)]
-    hours: f64,
-    /// Seed of the trace.
-    #[arg(long, env = "PACER_SIM_SEED", default_value_t = 1)]
-    seed: u64,
-    /// Seconds from pod creation to the engine process starting.
-    #[arg(long, env = "PACER_SIM_CONTAINER_START", default_value_t = 20.0)]
-    container_start: f64,
-    /// Seconds between Prometheus scrapes.
-    #[arg(long, env = "PACER_SIM_SCRAPE_INTERVAL", default_value_t = 15.0)]
-    scrape_interval: f64,
-    /// Run every policy on every trace and write the comparison table.
-    #[arg(long, env = "PACER_SIM_COMPARE")]
-    compare: bool,
-    /// Folder for the summary, timeline and pictures.
-    #[arg(long, env = "PACER_SIM_OUT")]
-    out: PathBuf,
-}
-
-#[derive(Args, Debug)]
-struct LocalArgs {
-    /// The InferenceService manifest (the same file `kubectl apply -f` takes).
-    #[arg(long, env = "PACER_LOCAL_CONFIG", default_value = "config/local.yaml")]
-    config: PathBuf,
-    /// The `pacer-engine` executable [default: next to this executable, then on PATH].
-    #[arg(long, env = "PACER_ENGINE")]
-    engine: Option<PathBuf>,
-    /// The GGUF model the replicas serve [default: the model `scripts/fetch-model.sh` caches].
-    #[arg(long, env = "PACER_MODEL")]
-    model: Option<PathBuf>,
-    /// The router's port on 127.0.0.1 (the OpenAI-compatible API clients use).
-    #[arg(long, env = "PACER_LOCAL_PORT", default_value_t = 8000)]
-    port: u16,
-    /// Built-in traffic: `step` (light, heavy, light; about 4.5 minutes) or `none`.
-    #[arg(long, env = "PACER_LOCAL_LOAD", value_enum, default_value_t = LoadArg::None)]
-    load: LoadArg,
-    /// Stop after this long (`90s`, `5m`) [default: the load plus a minute; without load, at Ctrl-C].
-    #[arg(long, env = "PACER_LOCAL_DURATION", value_parser = parse_duration_arg)]
-    duration: Option<std::time::Duration>,
-    /// Where the report (JSON, timeline SVG and PNG), settings file and replica logs go.
-    #[arg(long, env = "PACER_LOCAL_OUT", default_value = "target/pacer-local")]
-    out: PathBuf,
-    /// Engine profiles (`pacer-engine profile` JSON) seeding the capacity model; repeatable.
-    #[arg(long = "profile", env = "PACER_LOCAL_PROFILES", value_delimiter = ',')]
-    profiles: Vec<PathBuf>,
-    /// With a load: the share of 1-minute windows (percent) that must hold the SLA; fewer, and
-    /// the process exits with status 3 after writing its report.
-    #[arg(long, env = "PACER_LOCAL_MIN_HELD", default_value_t = 80.0)]
-    min_held: f64,
-}
-
-/// The exit status of `local` when its load ran and the SLA held in fewer windows than
-/// `--min-held` asks.
-const EXIT_SLA_NOT_HELD: i32 = 3;
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LoadArg {
-    Step,
-    None,
-}
-
-fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
-    pacer_crds::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 90s or 5m"))
+    #[cfg(feature = "simulate")]
+    Calibrate(cmd::simulate::CalibrateArgs),
 }
 
 #[derive(Args, Debug)]
@@ -216,6 +119,7 @@ fn main() -> Result<()> {
     let Cli { log_format, command } = Cli::parse();
     match &command {
         // The live view owns the terminal: logs go to a file beside the report.
+        #[cfg(feature = "local")]
         Command::Local(args) if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
             std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
             let log = std::fs::File::create(args.out.join("local.log")).context("creating local.log")?;
@@ -228,72 +132,22 @@ fn main() -> Result<()> {
             print!("{}", pacer_operator::crd_yaml());
             Ok(())
         }
-        Command::Simulate(args) => simulate(args),
-        Command::Calibrate(args) => calibrate(args),
+        #[cfg(feature = "simulate")]
+        Command::Simulate(args) => cmd::simulate::simulate(args),
+        #[cfg(feature = "simulate")]
+        Command::Calibrate(args) => cmd::simulate::calibrate(args),
         Command::Run(args) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .context("starting the async runtime")?
             .block_on(run(*args)),
+        #[cfg(feature = "local")]
         Command::Local(args) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .context("starting the async runtime")?
-            .block_on(run_local(args)),
+            .block_on(cmd::local::run_local(args)),
     }
-}
-
-async fn run_local(args: LocalArgs) -> Result<()> {
-    use pacer_operator::local;
-    let LocalArgs { config, engine, model, port, load, duration, out, profiles, min_held } = args;
-    let engine = local::find_engine(engine)?;
-    let model = match model {
-        Some(m) => m,
-        None => {
-            default_model().context("no --model given and no cached model: run scripts/fetch-model.sh")?
-        }
-    };
-    let options = local::Options {
-        config,
-        engine,
-        model,
-        listen: SocketAddr::from(([127, 0, 0, 1], port)),
-        load: match load {
-            LoadArg::Step => local::LoadKind::Step,
-            LoadArg::None => local::LoadKind::None,
-        },
-        profile: None,
-        duration,
-        out,
-        profiles,
-        terminal: std::io::IsTerminal::is_terminal(&std::io::stdout()),
-    };
-    let outcome = local::run(options).await?;
-    println!("{}", outcome.report.verdict);
-    for file in &outcome.files {
-        println!("wrote {}", file.display());
-    }
-    let report = &outcome.report;
-    if report.load.is_some() && report.held_percent < min_held {
-        eprintln!(
-            "the SLA was not held: {:.0} % of windows, under the {min_held:.0} % that --min-held asks",
-            report.held_percent
-        );
-        std::process::exit(EXIT_SLA_NOT_HELD);
-    }
-    Ok(())
-}
-
-/// The model `scripts/fetch-model.sh` caches, as it names it.
-fn default_model() -> Option<PathBuf> {
-    let cache = std::env::var_os("PACER_CACHE").map(PathBuf::from).or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|c| c.join("pacer"))
-    })?;
-    let path = cache.join("models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.is_file().then_some(path)
 }
 
 async fn run(args: RunArgs) -> Result<()> {
@@ -404,99 +258,6 @@ async fn run(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// `simulate`: one run, or every policy on every trace; prints the files written.
-fn simulate(args: SimulateArgs) -> Result<()> {
-    use pacer_simulator::{self as sim, compare};
-    let SimulateArgs {
-        profile,
-        trace,
-        policy,
-        spec,
-        hours,
-        seed,
-        container_start,
-        scrape_interval,
-        compare: all,
-        out,
-    } = args;
-    let profiles = if profile == ["builtin"] {
-        vec![sim::test_profile(pacer_crds::Tier::Q8_0), sim::test_profile(pacer_crds::Tier::Q4_0)]
-    } else {
-        profile.iter().map(|p| read_profile(Path::new(p))).collect::<Result<_, _>>()?
-    };
-    let yaml = match &spec {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        None => sim::DEFAULT_SPEC.to_string(),
-    };
-    let mut config = sim::SimConfig::new(&sim::read_spec(&yaml)?, profiles)?;
-    config.container_start = container_start;
-    config.scrape_interval = scrape_interval;
-    let options = compare::Options {
-        config,
-        trace: trace.parse().map_err(anyhow::Error::msg)?,
-        policy: policy.parse().map_err(anyhow::Error::msg)?,
-        hours,
-        seed,
-        out,
-        compare: all,
-    };
-    for file in compare::run(&options)? {
-        println!("{}", file.display());
-    }
-    Ok(())
-}
-
-fn calibrate(args: CalibrateArgs) -> Result<()> {
-    use pacer_simulator::{engine::Settings, fidelity};
-    let profile = read_profile(&args.profile)?;
-    let settings = Settings {
-        max_step: args.max_step_ms as f64 / 1e3,
-        ..Settings::new(args.max_batch_size, args.batch_wait_ms / 1e3)
-    };
-    println!(
-        "| run | tier | rate (req/s) | requests | latency | P50 measured | P50 simulated | error | P95 measured | P95 simulated | error |"
-    );
-    println!("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|");
-    let mut all = Vec::new();
-    for path in &args.requests {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let records: Vec<pacer_bench::metrics::RequestRecord> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(serde_json::from_str)
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("{}: not a `pacer-bench run --requests-jsonl` file", path.display()))?;
-        let f = fidelity::replay(profile.step, &records, settings)
-            .with_context(|| format!("{}: no request succeeded", path.display()))?;
-        let name = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
-        for row in &f.rows {
-            let (e50, e95) = row.errors();
-            let ms = |s: f64| format!("{:.1} ms", s * 1e3);
-            println!(
-                "| {name} | {} | {:.2} | {} | {} | {} | {} | {:+.0} % | {} | {} | {:+.0} % |",
-                profile.tier,
-                f.rate,
-                f.requests,
-                row.latency.to_uppercase(),
-                ms(row.measured_p50),
-                ms(row.simulated_p50),
-                e50 * 100.0,
-                ms(row.measured_p95),
-                ms(row.simulated_p95),
-                e95 * 100.0
-            );
-        }
-        all.push(
-            serde_json::json!({"run": name, "tier": profile.tier, "threads": profile.threads, "fidelity": f}),
-        );
-    }
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&all)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
-}
-
 /// The SLA loop, when a metrics source is configured.
 fn sla_loop(prometheus: &PrometheusArgs, interval: u64, profiles: Option<&Path>) -> Result<Option<SlaLoop>> {
     let Some(source) =
@@ -514,21 +275,13 @@ fn sla_loop(prometheus: &PrometheusArgs, interval: u64, profiles: Option<&Path>)
     Ok(Some(SlaLoop::new(observer, model)))
 }
 
-/// Reads and checks one engine profile file.
-fn read_profile(path: &Path) -> Result<EngineProfile, ProfileError> {
-    let shown = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|source| ProfileError::Read { path: shown.clone(), source })?;
-    EngineProfile::parse(&text, &shown)
-}
-
 /// Every `*.json` engine profile in `dir`.
 fn read_profiles(dir: &Path) -> Result<Vec<EngineProfile>> {
     let mut profiles = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading profiles in {}", dir.display()))? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "json") {
-            let profile = read_profile(&path)?;
+            let profile = cmd::read_profile(&path)?;
             tracing::info!(tier = %profile.tier, path = %path.display(), "engine profile");
             profiles.push(profile);
         }
@@ -563,6 +316,7 @@ fn host_name() -> String {
     format!("{host}_{}", std::process::id())
 }
 
+#[cfg(feature = "local")]
 fn init_logging_to(format: LogFormat, writer: std::sync::Mutex<std::fs::File>) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
