@@ -572,14 +572,15 @@ fn profile_cmd(args: ProfileArgs) -> Result<()> {
             ms(m.predict(s))
         );
     }
-    let q = &profile.quality;
-    println!(
-        "quality vs {} over {} positions: top-1 agreement {:.1} %, mean KL {:.4} nats",
-        q.reference_tier,
-        q.tokens,
-        q.top1_agreement * 100.0,
-        q.mean_kl
-    );
+    if let Some(q) = &profile.quality {
+        println!(
+            "quality vs {} over {} positions: top-1 agreement {:.1} %, mean KL {:.4} nats",
+            q.reference_tier,
+            q.tokens,
+            q.top1_agreement * 100.0,
+            q.mean_kl
+        );
+    }
     eprintln!("wrote {}", out.display());
     Ok(())
 }

@@ -8,26 +8,10 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-/// vLLM's TTFT buckets with 1–5 ms steps in front.
-const TTFT_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-    40.0, 80.0, 160.0, 640.0, 2560.0,
-];
-/// vLLM's inter-token buckets with 1–5 ms steps in front.
-const ITL_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-    0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-];
-/// Whole-request phases (E2E, queue, prefill, decode).
-const REQUEST_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-];
-/// Token counts per request.
-const TOKEN_BUCKETS: &[f64] =
-    &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0];
-/// Rows per scheduler step.
-const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 128.0, 256.0, 512.0];
+use pacer_planner::buckets::{
+    BATCH as BATCH_BUCKETS, ITL as ITL_BUCKETS, REQUEST as REQUEST_BUCKETS, TOKENS as TOKEN_BUCKETS,
+    TTFT as TTFT_BUCKETS,
+};
 
 /// All metrics of one engine process.
 #[derive(Clone)]

@@ -2,19 +2,17 @@
 //! what the tier costs in quality. Whole steps (decode rows, prompt chunks, and both mixed) go
 //! through the same batched [`Model::forward`] the server runs; a linear step model is fitted
 //! to them; the tier's next-token distributions are compared with the `f32` tier's on a fixed
-//! text. The result is the engine profile the operator's planner reads (schema 1, the format of
-//! the operator's `planner::profile` module, which this crate does not depend on).
+//! text. The result is an [`EngineProfile`]: the planner's type (`pacer_planner::profile`,
+//! re-exported here), so the file the engine writes and the one the planner reads have one
+//! definition.
 
 use crate::bench::synthetic_tokens;
 use crate::error::EngineError;
 use crate::model::{KvCache, Model, SeqCache, SeqStep, Tier};
 use crate::{LoadedModel, Tokenizer};
-use serde::Serialize;
+pub use pacer_planner::profile::{EngineProfile, PROFILE_SCHEMA, Quality, StepModel, StepSample};
 use std::path::Path;
 use std::time::Instant;
-
-/// The profile format version written ([`EngineProfile::schema`]).
-pub const PROFILE_SCHEMA: u32 = 1;
 
 /// The text quality is measured on: the opening of *Pride and Prejudice* (Jane Austen, 1813,
 /// public domain), ~430 tokens of plain English prose.
@@ -22,82 +20,6 @@ pub const QUALITY_TEXT: &str = include_str!("../../config/profiles/quality-text.
 
 /// The tier every other tier is compared with.
 pub const REFERENCE_TIER: Tier = Tier::F32;
-
-/// One tier of one model on one machine.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EngineProfile {
-    /// Format version ([`PROFILE_SCHEMA`]).
-    pub schema: u32,
-    /// The GGUF file's name (no directory).
-    pub model: String,
-    /// The tier (`--tier`).
-    pub tier: String,
-    /// Compute threads the engine ran with.
-    pub threads: u32,
-    /// The CPU the figures were measured on.
-    pub device: String,
-    /// Seconds from opening the file to a model ready to serve (weights and tokenizer).
-    pub load_seconds: f64,
-    /// Seconds of the first forward after loading.
-    pub warmup_seconds: f64,
-    /// The fitted step-time model.
-    pub step: StepModel,
-    /// The measured steps the model was fitted to.
-    pub samples: Vec<StepSample>,
-    /// Agreement with [`REFERENCE_TIER`] on [`QUALITY_TEXT`].
-    pub quality: Quality,
-}
-
-/// Seconds per step: `base + per_decode_row·rows + per_prefill_token·prefill +
-/// per_context_token·context`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct StepModel {
-    /// Fixed cost of a step.
-    pub base_s: f64,
-    /// Cost of each decode row.
-    pub per_decode_row_s: f64,
-    /// Cost of each prompt token processed in the step.
-    pub per_prefill_token_s: f64,
-    /// Cost of each context token a decode row attends to.
-    pub per_context_token_s: f64,
-}
-
-impl StepModel {
-    /// Predicted seconds of a step like `sample`.
-    pub fn predict(&self, sample: &StepSample) -> f64 {
-        let [x0, x1, x2, x3] = features(sample);
-        self.base_s * x0
-            + self.per_decode_row_s * x1
-            + self.per_prefill_token_s * x2
-            + self.per_context_token_s * x3
-    }
-}
-
-/// One measured step.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct StepSample {
-    /// Decode rows in the step.
-    pub decode_rows: u32,
-    /// Prompt tokens in the step.
-    pub prefill_tokens: u32,
-    /// Context tokens the decode rows attend to (each row's cached tokens plus itself), summed.
-    pub context_tokens: u32,
-    /// Median seconds of the step.
-    pub seconds: f64,
-}
-
-/// A tier's quality against the reference tier, teacher-forced on a fixed text.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Quality {
-    /// The tier compared against.
-    pub reference_tier: String,
-    /// Positions compared.
-    pub tokens: u32,
-    /// Share of positions where both tiers' most likely next token agree.
-    pub top1_agreement: f64,
-    /// Mean KL(reference ‖ tier) of the next-token distributions, in nats.
-    pub mean_kl: f64,
-}
 
 /// A decode-and-prefill step shape to time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -543,7 +465,7 @@ pub fn profile(
         warmup_seconds,
         step: fit.model,
         samples,
-        quality,
+        quality: Some(quality),
     };
     Ok((profile, fit))
 }

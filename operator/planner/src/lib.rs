@@ -15,6 +15,7 @@
 //! - [`forecast`]: the load to plan for, from the leading signals.
 //! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
 //! - [`decide`](mod@decide): trust, learning, and turning the choice into lever moves.
+//! - [`buckets`]: the bucket bounds of the engine's histograms.
 //! - [`tier`]: the quantization tiers (the API crate re-exports [`Tier`]).
 //! - [`histogram`]: Prometheus text exposition and `histogram_quantile`'s arithmetic, shared by
 //!   local mode's scraper and the simulator's Prometheus.
@@ -22,6 +23,7 @@
 // Output goes through a returned value; a print in a library is a leftover.
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
+pub mod buckets;
 pub mod capacity;
 pub mod choose;
 pub mod decide;

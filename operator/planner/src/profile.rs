@@ -60,6 +60,15 @@ impl StepModel {
             + self.per_prefill_token_s * prefill
             + self.per_context_token_s * context
     }
+
+    /// Predicted seconds of a step like `sample`.
+    pub fn predict(&self, sample: &StepSample) -> f64 {
+        self.step_seconds(
+            f64::from(sample.decode_rows),
+            f64::from(sample.prefill_tokens),
+            f64::from(sample.context_tokens),
+        )
+    }
 }
 
 /// One measured step.
@@ -69,7 +78,7 @@ pub struct StepSample {
     pub decode_rows: u32,
     /// Prompt tokens in the step.
     pub prefill_tokens: u32,
-    /// Context tokens the decode rows attend to, summed.
+    /// Context tokens the decode rows attend to (each row's cached tokens plus itself), summed.
     pub context_tokens: u32,
     /// Median seconds of the step.
     pub seconds: f64,

@@ -7,25 +7,9 @@
 use pacer_planner::{Freshness, Observation, Quantile, ServiceMetrics, observation::SHORT_RATE_WINDOW};
 use std::collections::{BTreeMap, VecDeque};
 
-/// The engine's TTFT buckets (`engine/src/metrics.rs`), seconds.
-pub const TTFT_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-    40.0, 80.0, 160.0, 640.0, 2560.0,
-];
-/// The engine's inter-token buckets, seconds.
-pub const ITL_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-    0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-];
-/// The engine's whole-request buckets (E2E), seconds.
-pub const REQUEST_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-];
-
-/// The engine's token-count buckets (`vllm:request_prompt_tokens`), tokens.
-pub const TOKEN_BUCKETS: &[f64] =
-    &[1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0];
+pub use pacer_planner::buckets::{
+    ITL as ITL_BUCKETS, REQUEST as REQUEST_BUCKETS, TOKENS as TOKEN_BUCKETS, TTFT as TTFT_BUCKETS,
+};
 
 /// A Prometheus histogram as an engine keeps it: a count per bucket (the last is `+Inf`) and
 /// the sum of observations.
@@ -242,7 +226,7 @@ impl Prometheus {
 
     /// Summed extrapolated increases over `(now - w, now]` of the values `f` picks from each
     /// sample (one value per bucket, or one counter), across series.
-    fn increase(&self, now: f64, w: f64, f: impl Fn(&Sample) -> Vec<f64>) -> Option<Vec<f64>> {
+    fn extrapolated_increases(&self, now: f64, w: f64, f: impl Fn(&Sample) -> Vec<f64>) -> Option<Vec<f64>> {
         let mut total: Option<Vec<f64>> = None;
         for s in self.series.values() {
             let inside: Vec<&Sample> = s.samples.iter().filter(|x| x.t > now - w && x.t <= now).collect();
@@ -269,8 +253,8 @@ impl Prometheus {
         bounds: &[f64],
         pick: fn(&Sample) -> &(Vec<f64>, f64),
     ) -> Windowed {
-        let buckets = self.increase(now, w, |s| pick(s).0.clone());
-        let sums = self.increase(now, w, |s| vec![pick(s).1]);
+        let buckets = self.extrapolated_increases(now, w, |s| pick(s).0.clone());
+        let sums = self.extrapolated_increases(now, w, |s| vec![pick(s).1]);
         let Some(buckets) = buckets else { return Windowed { quantile: None, samples: None, mean: None } };
         let count = buckets.last().copied().unwrap_or(0.0);
         let mean = sums.and_then(|s| (count > 0.0).then(|| s[0] / count));
@@ -279,7 +263,7 @@ impl Prometheus {
 
     /// The per-second rate of a counter over `w`, summed over series.
     fn rate(&self, now: f64, w: f64, f: fn(&Sample) -> f64) -> Option<f64> {
-        self.increase(now, w, |s| vec![f(s)]).map(|v| v[0] / w)
+        self.extrapolated_increases(now, w, |s| vec![f(s)]).map(|v| v[0] / w)
     }
 
     /// The sum over live series of a gauge's latest sample.
