@@ -43,10 +43,10 @@ struct CompareArgs {
     /// Candidate run (JSON lines).
     b: PathBuf,
     /// Bootstrap resamples.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, env = "PACER_BENCH_COMPARE_ITERATIONS", default_value_t = 1000)]
     iterations: usize,
     /// Write the comparison as JSON here.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_COMPARE_JSON")]
     json: Option<PathBuf>,
 }
 
@@ -60,34 +60,34 @@ struct Common {
     #[arg(long, env = "PACER_BENCH_MODEL")]
     model: String,
     /// Endpoint to load.
-    #[arg(long, value_enum, default_value_t = Endpoint::Chat)]
+    #[arg(long, env = "PACER_BENCH_ENDPOINT", value_enum, default_value_t = Endpoint::Chat)]
     endpoint: Endpoint,
     /// Bearer token.
     #[arg(long, env = "PACER_BENCH_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Measured requests per level.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, env = "PACER_BENCH_NUM_REQUESTS", default_value_t = 100)]
     num_requests: usize,
     /// Stop scheduling new requests of a level after this many seconds.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_DURATION")]
     duration: Option<f64>,
     /// Unmeasured requests sent first, one at a time.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, env = "PACER_BENCH_WARMUP", default_value_t = 2)]
     warmup: usize,
     /// Prompt length in tokens: N, uniform:MIN:MAX or normal:MEAN:SD.
-    #[arg(long, default_value = "128")]
+    #[arg(long, env = "PACER_BENCH_INPUT_LEN", default_value = "128")]
     input_len: Length,
     /// max_tokens per request: N, uniform:MIN:MAX or normal:MEAN:SD.
-    #[arg(long, default_value = "64")]
+    #[arg(long, env = "PACER_BENCH_OUTPUT_LEN", default_value = "64")]
     output_len: Length,
     /// Words every prompt starts with (a shared system prompt).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "PACER_BENCH_SHARED_PREFIX", default_value_t = 0)]
     shared_prefix: usize,
     /// Ask the server to ignore EOS so outputs have the requested length (vLLM, Pacer).
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_IGNORE_EOS")]
     ignore_eos: bool,
     /// Count output tokens locally (tokenizer.json or a GGUF) when the server sends no usage.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_TOKENIZER")]
     tokenizer: Option<PathBuf>,
     /// Reuse connections between requests (HTTP keep-alive). Off by default: every request
     /// opens its own connection, so a server that closes a connection right after a streamed
@@ -99,42 +99,42 @@ struct Common {
     #[arg(skip)]
     token_counter: Option<std::sync::Arc<pacer_bench::tokens::TokenCounter>>,
     /// Seed for prompts, lengths and arrivals.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "PACER_BENCH_SEED", default_value_t = 0)]
     seed: u64,
     /// Turns per conversation (chat): each request becomes a session whose follow-up user
     /// turns (with the history and the assistant's replies) go out as soon as an answer ends.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, env = "PACER_BENCH_TURNS", default_value_t = 1)]
     turns: usize,
     /// Requests from a JSON-lines file (`prompt` or `messages`, optional `max_tokens`,
     /// optional `timestamp`) instead of synthetic prompts.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_DATASET")]
     dataset: Option<PathBuf>,
     /// Send the dataset's requests at their `timestamp`s (open loop), this many times faster.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_REPLAY_SPEEDUP")]
     replay_speedup: Option<f64>,
     /// Open loop: gamma shape of inter-arrival times (1 = Poisson, <1 burstier, inf = constant).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, env = "PACER_BENCH_BURSTINESS", default_value_t = 1.0)]
     burstiness: f64,
     /// Open loop: ramp the rate linearly up (or down) to this many requests/s by the last request.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_RAMP_TO")]
     ramp_to: Option<f64>,
     /// SLO on TTFT, ms.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_SLO_TTFT_MS")]
     slo_ttft_ms: Option<f64>,
     /// SLO on TPOT, ms.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_SLO_TPOT_MS")]
     slo_tpot_ms: Option<f64>,
     /// SLO on E2E latency, ms.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_SLO_E2E_MS")]
     slo_e2e_ms: Option<f64>,
     /// SLO on every inter-token gap of a request, ms.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_SLO_ITL_MS")]
     slo_itl_ms: Option<f64>,
     /// Write the JSON report here.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_JSON")]
     json: Option<PathBuf>,
     /// Write SVG plots into this directory.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_PLOTS")]
     plots: Option<PathBuf>,
 }
 
@@ -143,16 +143,16 @@ struct RunArgs {
     #[command(flatten)]
     common: Common,
     /// Closed loop: requests in flight (excludes --request-rate).
-    #[arg(long, conflicts_with = "request_rate")]
+    #[arg(long, env = "PACER_BENCH_CONCURRENCY", conflicts_with = "request_rate")]
     concurrency: Option<usize>,
     /// Open loop: mean requests per second.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_REQUEST_RATE")]
     request_rate: Option<f64>,
     /// Write one JSON line per request here (the input of `compare`).
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_REQUESTS_JSONL")]
     requests_jsonl: Option<PathBuf>,
     /// Write one CSV row per request here.
-    #[arg(long)]
+    #[arg(long, env = "PACER_BENCH_REQUESTS_CSV")]
     requests_csv: Option<PathBuf>,
 }
 
@@ -161,10 +161,10 @@ struct SweepArgs {
     #[command(flatten)]
     common: Common,
     /// Closed-loop levels, e.g. 1,2,4,8 (excludes --request-rates).
-    #[arg(long, value_delimiter = ',', conflicts_with = "request_rates")]
+    #[arg(long, env = "PACER_BENCH_CONCURRENCIES", value_delimiter = ',', conflicts_with = "request_rates")]
     concurrencies: Vec<usize>,
     /// Open-loop levels in requests per second, e.g. 0.5,1,2,4.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "PACER_BENCH_REQUEST_RATES", value_delimiter = ',')]
     request_rates: Vec<f64>,
 }
 
@@ -173,19 +173,19 @@ struct SearchArgs {
     #[command(flatten)]
     common: Common,
     /// SLO attainment a rate must reach to pass.
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, env = "PACER_BENCH_TARGET_ATTAINMENT", default_value_t = 0.95)]
     target_attainment: f64,
     /// Lowest rate tried, requests per second.
-    #[arg(long, default_value_t = 0.25)]
+    #[arg(long, env = "PACER_BENCH_MIN_RATE", default_value_t = 0.25)]
     min_rate: f64,
     /// Highest rate tried, requests per second.
-    #[arg(long, default_value_t = 64.0)]
+    #[arg(long, env = "PACER_BENCH_MAX_RATE", default_value_t = 64.0)]
     max_rate: f64,
     /// Stop when the passing and failing rates are within this ratio.
-    #[arg(long, default_value_t = 1.1)]
+    #[arg(long, env = "PACER_BENCH_PRECISION", default_value_t = 1.1)]
     precision: f64,
     /// Most probes.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, env = "PACER_BENCH_MAX_PROBES", default_value_t = 10)]
     max_probes: usize,
 }
 
@@ -467,4 +467,35 @@ fn compare_cmd(a: CompareArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// The flags of `cmd` and its subcommands that have no environment twin.
+    fn without_env(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if arg.is_positional() || arg.is_hide_set() || id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_env().is_none() {
+                missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            without_env(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    /// Every flag can be set from the environment too, and `--help` names the variable.
+    #[test]
+    fn every_flag_has_an_environment_twin() {
+        let mut cmd = super::Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        without_env(&cmd, "pacer-bench", &mut missing);
+        assert!(missing.is_empty(), "flags without an environment twin: {missing:?}");
+    }
 }

@@ -19,7 +19,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "pacer-engine", version, about = "Pacer's LLM engine: llama-family GGUF models on CPU")]
+#[command(
+    name = "pacer-engine",
+    version,
+    about = "Pacer's LLM engine: llama-family GGUF models on CPU or, built with the `cuda` feature, NVIDIA GPUs"
+)]
 struct Cli {
     /// Log format: human-readable text, or JSON lines for log collectors in a cluster.
     #[arg(long, env = "PACER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -199,34 +203,34 @@ struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// The prompt (the user message with --chat).
-    #[arg(long, short)]
+    #[arg(long, env = "PACER_GENERATE_PROMPT", short)]
     prompt: String,
     /// Wrap the prompt in the model's chat template as a user turn.
-    #[arg(long)]
+    #[arg(long, env = "PACER_GENERATE_CHAT")]
     chat: bool,
     /// System message for --chat (the template's default when omitted).
-    #[arg(long)]
+    #[arg(long, env = "PACER_GENERATE_SYSTEM")]
     system: Option<String>,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, env = "PACER_GENERATE_MAX_TOKENS", default_value_t = 128)]
     max_tokens: usize,
     /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, env = "PACER_GENERATE_TEMPERATURE", default_value_t = 0.0)]
     temperature: f32,
     /// Top-k (0 = off).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "PACER_GENERATE_TOP_K", default_value_t = 0)]
     top_k: usize,
     /// Top-p (1 = off).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, env = "PACER_GENERATE_TOP_P", default_value_t = 1.0)]
     top_p: f32,
     /// Random seed for sampling.
-    #[arg(long)]
+    #[arg(long, env = "PACER_GENERATE_SEED")]
     seed: Option<u64>,
     /// Stop string (repeatable).
-    #[arg(long)]
+    #[arg(long, env = "PACER_GENERATE_STOP")]
     stop: Vec<String>,
     /// Prompt tokens per prefill step (chunked prefill).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, env = "PACER_GENERATE_PREFILL_CHUNK", default_value_t = 512)]
     prefill_chunk: usize,
 }
 
@@ -235,11 +239,11 @@ struct InfoArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Print JSON instead of text.
-    #[arg(long)]
+    #[arg(long, env = "PACER_INFO_JSON")]
     json: bool,
     /// Also write the tokenizer as Hugging Face files (tokenizer.json, tokenizer_config.json)
     /// into this directory.
-    #[arg(long)]
+    #[arg(long, env = "PACER_INFO_EXPORT_TOKENIZER")]
     export_tokenizer: Option<PathBuf>,
 }
 
@@ -248,19 +252,19 @@ struct BenchArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Prompt lengths for prefill.
-    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    #[arg(long, env = "PACER_ENGINE_BENCH_PREFILL", value_delimiter = ',', default_value = "128,512")]
     prefill: Vec<usize>,
     /// Batch sizes for decode.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    #[arg(long, env = "PACER_ENGINE_BENCH_BATCH", value_delimiter = ',', default_value = "1,4,8,16")]
     batch: Vec<usize>,
     /// Decode steps timed per batch size.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, env = "PACER_ENGINE_BENCH_DECODE_STEPS", default_value_t = 32)]
     decode_steps: usize,
     /// Repetitions (median reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, env = "PACER_ENGINE_BENCH_REPEATS", default_value_t = 3)]
     repeats: usize,
     /// Print one JSON object instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "PACER_ENGINE_BENCH_JSON")]
     json: bool,
 }
 
@@ -288,7 +292,7 @@ fn init_logging(format: LogFormat) {
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
     }
 }
 
@@ -679,4 +683,35 @@ fn serve(args: ServeArgs) -> Result<()> {
     served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// The flags of `cmd` and its subcommands that have no environment twin.
+    fn without_env(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if arg.is_positional() || arg.is_hide_set() || id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_env().is_none() {
+                missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            without_env(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    /// Every flag can be set from the environment too, and `--help` names the variable.
+    #[test]
+    fn every_flag_has_an_environment_twin() {
+        let mut cmd = super::Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        without_env(&cmd, "pacer-engine", &mut missing);
+        assert!(missing.is_empty(), "flags without an environment twin: {missing:?}");
+    }
 }

@@ -342,3 +342,34 @@ fn init_logging(format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// The flags of `cmd` and its subcommands that have no environment twin.
+    fn without_env(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if arg.is_positional() || arg.is_hide_set() || id == "help" || id == "version" {
+                continue;
+            }
+            if arg.get_env().is_none() {
+                missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            without_env(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    /// Every flag can be set from the environment too, and `--help` names the variable.
+    #[test]
+    fn every_flag_has_an_environment_twin() {
+        let mut cmd = super::Cli::command();
+        cmd.build();
+        let mut missing = Vec::new();
+        without_env(&cmd, "pacer-operator", &mut missing);
+        assert!(missing.is_empty(), "flags without an environment twin: {missing:?}");
+    }
+}
