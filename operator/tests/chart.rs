@@ -5,13 +5,16 @@
 //! one the engine or the operator exports, every `pacer-operator run` flag set from values, and,
 //! on a real apiserver, a server-side dry-run of every rendered object, `helm install`, the
 //! operator reconciling a sample as the chart's ServiceAccount, `helm upgrade` and
-//! `helm uninstall` keeping the CRD.
+//! `helm uninstall` keeping the CRD; the README's table of values is the one `values.yaml`
+//! documents, and extra volumes reach the operator's pod.
 //!
 //! helm comes from `scripts/build-cluster-bins.sh`, promtool from `scripts/build-prometheus.sh`,
 //! the Prometheus Operator's CRDs from `scripts/build-monitoring-crds.sh` (all cached outside
 //! the repository; `scripts/test.sh` runs the three).
 
 mod common;
+#[path = "chart/values_table.rs"]
+mod values_table;
 
 use common::{OPERATOR, apply_json, cache, helm, repo_file, text, tool};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -234,6 +237,67 @@ fn a_namespace_selector_reads_namespaces_in_cluster_mode_only() {
         text.contains("operator.namespaceSelector") && text.contains("operator.watchNamespaces"),
         "{text}"
     );
+}
+
+/// The chart README's table of values is generated from `values.yaml`: every documented key,
+/// its default and its description. `PACER_BLESS=1` rewrites it.
+#[test]
+fn the_chart_readme_lists_every_value() {
+    let values = std::fs::read_to_string(chart().join("values.yaml")).expect("values.yaml");
+    let readme_path = chart().join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).expect("README.md");
+    let table = values_table::table(&values);
+    let documented = values.matches("# -- ").count();
+    assert_eq!(table.lines().count() - 2, documented, "a `# --` comment with no key after it:\n{table}");
+    if std::env::var_os("PACER_BLESS").is_some() {
+        let start = readme.find(values_table::BEGIN).expect("the begin marker") + values_table::BEGIN.len();
+        let end = readme[start..].find(values_table::END).expect("the end marker") + start;
+        let updated = format!("{}\n\n{table}\n{}", &readme[..start], &readme[end..]);
+        std::fs::write(&readme_path, updated).expect("write README.md");
+        return;
+    }
+    let committed = values_table::in_readme(&readme).expect("the README's markers");
+    let stale = committed.lines().zip(table.lines()).find(|(a, b)| a != b);
+    assert!(
+        stale.is_none() && committed.lines().count() == table.lines().count(),
+        "charts/pacer/README.md's table of values is stale (first difference: {stale:?}): \
+         PACER_BLESS=1 cargo test -p pacer-operator --test chart"
+    );
+}
+
+/// `operator.extraVolumes` and `operator.extraVolumeMounts` reach the pod as given (e.g. a
+/// Secret with a Prometheus token), and a mount without a path is refused by the schema.
+#[test]
+fn extra_volumes_are_mounted_into_the_operator_pod() {
+    let volume = json!({"name": "prom-token", "secret": {"secretName": "prom-token"}});
+    let mount = json!({"name": "prom-token", "mountPath": "/var/run/prom", "readOnly": true});
+    let objects = render(&[
+        "--set-json",
+        &format!("operator.extraVolumes=[{volume}]"),
+        "--set-json",
+        &format!("operator.extraVolumeMounts=[{mount}]"),
+        "--set",
+        "prometheus.url=http://prometheus:9090",
+        "--set",
+        "prometheus.tokenFile=/var/run/prom/token",
+    ]);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").expect("a Deployment");
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"].as_array().expect("volumes");
+    assert!(volumes.contains(&volume), "{volumes:?}");
+    let container = operator_container(&objects);
+    let mounts = container["volumeMounts"].as_array().expect("volumeMounts");
+    assert!(mounts.contains(&mount), "{mounts:?}");
+    assert!(args_of(container).contains(&"--prometheus-token-file=/var/run/prom/token".to_string()));
+
+    let out = helm(&[
+        "template",
+        "pacer",
+        chart().to_str().expect("path"),
+        "--set-json",
+        r#"operator.extraVolumeMounts=[{"name":"prom-token"}]"#,
+    ]);
+    assert!(!out.status.success(), "a mount without mountPath rendered");
+    assert!(text(&out).contains("mountPath"), "{}", text(&out));
 }
 
 /// `v` with every number as an f64 (so `1` and `1.0` compare equal).
