@@ -1,5 +1,5 @@
 //! Local mode refuses and accepts exactly what the API server does: every invalid case is sent
-//! both to a real kube-apiserver (a dry-run create) and to `local::validate`, and the two must
+//! both to a real kube-apiserver (a dry-run create) and to `local::admission`, and the two must
 //! report the same violations; every sample is accepted by both, with the same defaults.
 //!
 //! What is compared, precisely: the set of the refusal's causes, each as (field path, message),
@@ -16,7 +16,7 @@ use common::cases::{invalid_cases, invalid_doc};
 use common::{TestNs, repo_file};
 use kube::api::{DynamicObject, PostParams};
 use pacer_crds::InferenceService;
-use pacer_operator::local::validate::{self, ValidationError};
+use pacer_operator::local::admission::{self, ValidationError};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -62,7 +62,7 @@ async fn invalid_manifests_get_the_api_servers_messages() {
             .flat_map(|d| d.causes.iter())
             .map(|c| (c.field.clone(), c.message.clone()))
             .collect();
-        let local = match validate::validate_value(doc) {
+        let local = match admission::validate_value(doc) {
             Err(ValidationError::Invalid(invalid)) => invalid,
             other => {
                 failures.push(format!("{}: local validation gave {other:?}", case.what));
@@ -124,7 +124,7 @@ async fn samples_are_accepted_with_the_api_servers_defaults() {
             .create(&dry_run(), &obj)
             .await
             .unwrap_or_else(|e| panic!("{}: the API server refused it: {e}", path.display()));
-        let local = validate::validate(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let local = admission::validate(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert!(local.warnings.is_empty(), "{}: {:?}", path.display(), local.warnings);
         let stored_spec = stored.data.get("spec").cloned().unwrap_or_default();
         let local_spec = serde_json::to_value(&local.service.spec).expect("spec");
@@ -134,7 +134,7 @@ async fn samples_are_accepted_with_the_api_servers_defaults() {
             path.display()
         );
         // And the raw defaulted object, before the typed round trip, equals what was stored.
-        let checked_doc = validate::Validator::inference_service()
+        let checked_doc = admission::Validator::inference_service()
             .expect("validator")
             .check(serde_yaml::from_str(&text).expect("yaml"))
             .expect("valid");

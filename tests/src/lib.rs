@@ -16,7 +16,7 @@
 //! faults a hung apiserver causes.
 //!
 //! Two identities: an admin (`system:masters`) for setting up, and `pacer-operator`, which holds
-//! only what `config/rbac/clusterrole.yaml` grants, so the operator's RBAC is tested for real.
+//! only what `config/rbac/operator.yaml` grants, so the operator's RBAC is tested for real.
 #![forbid(unsafe_code)]
 
 mod agent;

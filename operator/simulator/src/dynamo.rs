@@ -9,9 +9,9 @@
 //!   on mean latencies.
 
 use super::calibrate::Profiled;
-use super::engine::{KV_CACHE_TOKENS, StepRecord};
 use super::policy::{Policy, Tick, with_replicas};
 use super::prom::{EngineReport, Seen};
+use super::replica::{KV_CACHE_TOKENS, StepRecord};
 use pacer_planner::{Levers, PlannerSpec};
 use std::collections::HashMap;
 

@@ -4,7 +4,7 @@
 //! ITL are set beside the measured ones. This is the calibration benchmark of
 //! `docs/benchmarks.md` (`scripts/calibrate.sh` runs it at three rates and two tiers).
 
-use super::engine::{Engine, Finished, Seq, Settings};
+use super::replica::{Engine, Finished, Seq, Settings};
 use pacer_bench::metrics::{RequestRecord, percentile};
 use pacer_planner::StepModel;
 use serde::Serialize;

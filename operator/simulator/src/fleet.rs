@@ -3,8 +3,8 @@
 //! (no new requests, in-flight ones finish), a tier change is a rolling update with surge 1 and
 //! no unavailability, and a least-outstanding-requests router spreads requests over ready pods.
 
-use super::engine::{Engine, Finished, Seq, Settings};
 use super::prom::EngineReport;
+use super::replica::{Engine, Finished, Seq, Settings};
 use pacer_planner::{EngineProfile, Levers};
 use std::collections::VecDeque;
 

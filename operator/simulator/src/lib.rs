@@ -4,7 +4,7 @@
 //! scrapes and arithmetic, and a policy evaluated at its interval on what Prometheus answers.
 //! Hours of traffic run in seconds of CPU; a seed reproduces a run exactly.
 //!
-//! - [`engine`]: one replica's scheduler and step times.
+//! - [`replica`]: one engine replica's scheduler and step times.
 //! - [`fleet`]: pods, readiness, drains, rollouts and the router.
 //! - [`prom`]: histograms, scrapes, `rate` and `histogram_quantile`.
 //! - [`trace`]: step, ramp, diurnal, bursty and replayed traces.
@@ -20,7 +20,6 @@
 pub mod calibrate;
 pub mod compare;
 pub mod dynamo;
-pub mod engine;
 pub mod fidelity;
 pub mod fleet;
 pub mod hindsight;
@@ -28,15 +27,16 @@ pub mod pacer;
 pub mod plot;
 pub mod policy;
 pub mod prom;
+pub mod replica;
 pub mod score;
 pub mod trace;
 
-use engine::{Finished, Seq, Settings};
 use fleet::{Fleet, PodState};
 use pacer_crds::{InferenceService, InferenceServiceSpec, Tier};
 use pacer_planner::{EngineProfile, Levers, PlannerSpec, StepModel};
 use policy::Policy;
 use prom::{Prometheus, Sample};
+use replica::{Finished, Seq, Settings};
 use score::{Outcome, Scorer};
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};

@@ -53,7 +53,7 @@ impl Histogram {
 
 /// What one engine exposes at `/metrics` (the series the operator queries).
 #[derive(Debug, Clone)]
-pub struct EngineMetrics {
+pub struct EngineSeries {
     /// `vllm:time_to_first_token_seconds`.
     pub ttft: Histogram,
     /// `vllm:inter_token_latency_seconds`.
@@ -70,9 +70,9 @@ pub struct EngineMetrics {
     pub generation_tokens: f64,
 }
 
-impl Default for EngineMetrics {
+impl Default for EngineSeries {
     fn default() -> Self {
-        EngineMetrics {
+        EngineSeries {
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(REQUEST_BUCKETS),
@@ -115,7 +115,7 @@ pub struct Sample {
 
 impl Sample {
     /// A scrape of `m` and the gauges at `t`.
-    pub fn of(t: f64, m: &EngineMetrics, running: f64, waiting: f64, kv_usage: f64) -> Sample {
+    pub fn of(t: f64, m: &EngineSeries, running: f64, waiting: f64, kv_usage: f64) -> Sample {
         Sample {
             t,
             ttft: (m.ttft.cumulative(), m.ttft.sum()),
@@ -183,7 +183,7 @@ pub struct EngineReport {
     /// Whether it takes new requests (false while it drains before it stops).
     pub serving: bool,
     /// Its last finished step.
-    pub last_step: super::engine::StepRecord,
+    pub last_step: super::replica::StepRecord,
     /// Steps it has finished (a new count means a new record).
     pub steps: u64,
     /// Prompt tokens not yet prefilled (waiting requests and the rest of prompts mid-prefill).
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn quantiles_from_scrapes_match_a_direct_percentile_within_a_bucket() {
-        let mut m = EngineMetrics::default();
+        let mut m = EngineSeries::default();
         let mut prom = Prometheus::new(600.0);
         let mut direct = Vec::new();
         let mut rng = pacer_bench::load::Rng::new(5);

@@ -5,8 +5,8 @@
 //! recovery after a load step, and requests failed or left in flight.
 
 use super::SimConfig;
-use super::engine::Finished;
 use super::prom::Seen;
+use super::replica::Finished;
 use super::trace::Trace;
 use pacer_planner::Levers;
 use serde::Serialize;

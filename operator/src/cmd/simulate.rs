@@ -110,7 +110,7 @@ pub fn simulate(args: SimulateArgs) -> Result<()> {
 
 /// `calibrate`: the measured runs replayed through one simulated replica, as a Markdown table.
 pub fn calibrate(args: CalibrateArgs) -> Result<()> {
-    use pacer_simulator::{engine::Settings, fidelity};
+    use pacer_simulator::{fidelity, replica::Settings};
     let profile = super::read_profile(&args.profile)?;
     let settings = Settings {
         max_step: args.max_step_ms as f64 / 1e3,

@@ -9,18 +9,18 @@
 //! - [`load`]: built-in traffic with `pacer-bench`'s generator.
 //! - [`report`]: the JSON report, the verdict and the timeline picture.
 //! - [`view`]: the live terminal view.
-//! - [`validate`]: the config checked with the CRD's own schema and CEL rules, in the API
+//! - [`admission`]: the config checked with the CRD's own schema and CEL rules, in the API
 //!   server's words.
 //!
 //! [`run`] ties them: every `policy.evaluationInterval` it observes, decides and actuates;
 //! Ctrl-C or SIGTERM stops the load, drains the replicas and still writes the report.
 
+pub mod admission;
 pub mod load;
 pub mod replicas;
 pub mod report;
 pub mod router;
 pub mod source;
-pub mod validate;
 pub mod view;
 
 use crate::metrics_source::{MetricsSource, ServiceKey, WindowRequest};
@@ -140,7 +140,7 @@ pub fn load_config(path: &Path) -> Result<InferenceService, LocalError> {
     let invalid = |message: String| LocalError::InvalidConfig { path: path.display().to_string(), message };
     // The CRD's own schema and CEL rules, as the API server applies them on create; then the
     // operator's own checks, as in the cluster.
-    let checked = validate::validate(&text).map_err(|e| invalid(e.to_string()))?;
+    let checked = admission::validate(&text).map_err(|e| invalid(e.to_string()))?;
     for warning in &checked.warnings {
         tracing::warn!(config = %path.display(), "{warning}");
     }

@@ -74,12 +74,12 @@ impl Pool {
 
     /// The ready replica with the fewest outstanding requests, its count already raised; ties
     /// go round-robin so equal replicas share a light load. `None` when none is ready.
-    pub fn pick(&self) -> Option<Lease> {
+    pub fn pick(&self) -> Option<InFlight> {
         self.pick_except(&[])
     }
 
     /// [`Pool::pick`] among the replicas not in `tried`.
-    pub fn pick_except(&self, tried: &[u32]) -> Option<Lease> {
+    pub fn pick_except(&self, tried: &[u32]) -> Option<InFlight> {
         let ready = self.ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if ready.is_empty() {
             return None;
@@ -92,25 +92,25 @@ impl Pool {
             .cloned()?;
         // Raised under the lock, so two concurrent picks see each other's choice.
         chosen.outstanding.fetch_add(1, Ordering::AcqRel);
-        Some(Lease { backend: chosen })
+        Some(InFlight { backend: chosen })
     }
 }
 
 /// A request's hold on a replica: lowers its outstanding count when dropped, which is when the
 /// response body has been streamed to the end (or the client went away).
 #[derive(Debug)]
-pub struct Lease {
+pub struct InFlight {
     backend: Arc<Backend>,
 }
 
-impl Lease {
+impl InFlight {
     /// The replica.
     pub fn backend(&self) -> &Arc<Backend> {
         &self.backend
     }
 }
 
-impl Drop for Lease {
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.backend.outstanding.fetch_sub(1, Ordering::AcqRel);
     }
@@ -489,7 +489,7 @@ mod tests {
     #[test]
     fn picks_the_replica_with_fewest_outstanding_requests() {
         let (pool, b) = pool(3);
-        let held: Vec<Lease> = (0..3).map(|_| pool.pick().expect("ready")).collect();
+        let held: Vec<InFlight> = (0..3).map(|_| pool.pick().expect("ready")).collect();
         // One each, whatever the round-robin start.
         assert!(b.iter().all(|b| b.outstanding() == 1));
         let extra = pool.pick().expect("ready");

@@ -8,7 +8,7 @@
 //! step model says. It records per-request truth (TTFT, every ITL gap, E2E) and the engine's
 //! Prometheus histograms.
 
-use super::prom::EngineMetrics;
+use super::prom::EngineSeries;
 use pacer_planner::StepModel;
 use std::collections::VecDeque;
 
@@ -143,7 +143,7 @@ pub struct Engine {
     /// An idle engine's batch-wait deadline.
     wake: Option<f64>,
     /// The engine's Prometheus series.
-    pub metrics: EngineMetrics,
+    pub metrics: EngineSeries,
     /// Requests it could never serve (larger than its KV cache).
     pub failed: u64,
 }
@@ -159,7 +159,7 @@ impl Engine {
             in_step: None,
             last_step: (StepRecord::default(), 0),
             wake: None,
-            metrics: EngineMetrics::default(),
+            metrics: EngineSeries::default(),
             failed: 0,
         }
     }
