@@ -13,8 +13,8 @@
 //! the repository; `scripts/test.sh` runs the three).
 
 mod common;
-#[path = "chart/values_table.rs"]
-mod values_table;
+#[path = "chart/values.rs"]
+mod values;
 
 use common::{OPERATOR, apply_json, cache, helm, repo_file, text, tool};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -237,67 +237,6 @@ fn a_namespace_selector_reads_namespaces_in_cluster_mode_only() {
         text.contains("operator.namespaceSelector") && text.contains("operator.watchNamespaces"),
         "{text}"
     );
-}
-
-/// The chart README's table of values is generated from `values.yaml`: every documented key,
-/// its default and its description. `PACER_BLESS=1` rewrites it.
-#[test]
-fn the_chart_readme_lists_every_value() {
-    let values = std::fs::read_to_string(chart().join("values.yaml")).expect("values.yaml");
-    let readme_path = chart().join("README.md");
-    let readme = std::fs::read_to_string(&readme_path).expect("README.md");
-    let table = values_table::table(&values);
-    let documented = values.matches("# -- ").count();
-    assert_eq!(table.lines().count() - 2, documented, "a `# --` comment with no key after it:\n{table}");
-    if std::env::var_os("PACER_BLESS").is_some() {
-        let start = readme.find(values_table::BEGIN).expect("the begin marker") + values_table::BEGIN.len();
-        let end = readme[start..].find(values_table::END).expect("the end marker") + start;
-        let updated = format!("{}\n\n{table}\n{}", &readme[..start], &readme[end..]);
-        std::fs::write(&readme_path, updated).expect("write README.md");
-        return;
-    }
-    let committed = values_table::in_readme(&readme).expect("the README's markers");
-    let stale = committed.lines().zip(table.lines()).find(|(a, b)| a != b);
-    assert!(
-        stale.is_none() && committed.lines().count() == table.lines().count(),
-        "charts/pacer/README.md's table of values is stale (first difference: {stale:?}): \
-         PACER_BLESS=1 cargo test -p pacer-operator --test chart"
-    );
-}
-
-/// `operator.extraVolumes` and `operator.extraVolumeMounts` reach the pod as given (e.g. a
-/// Secret with a Prometheus token), and a mount without a path is refused by the schema.
-#[test]
-fn extra_volumes_are_mounted_into_the_operator_pod() {
-    let volume = json!({"name": "prom-token", "secret": {"secretName": "prom-token"}});
-    let mount = json!({"name": "prom-token", "mountPath": "/var/run/prom", "readOnly": true});
-    let objects = render(&[
-        "--set-json",
-        &format!("operator.extraVolumes=[{volume}]"),
-        "--set-json",
-        &format!("operator.extraVolumeMounts=[{mount}]"),
-        "--set",
-        "prometheus.url=http://prometheus:9090",
-        "--set",
-        "prometheus.tokenFile=/var/run/prom/token",
-    ]);
-    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").expect("a Deployment");
-    let volumes = deployment["spec"]["template"]["spec"]["volumes"].as_array().expect("volumes");
-    assert!(volumes.contains(&volume), "{volumes:?}");
-    let container = operator_container(&objects);
-    let mounts = container["volumeMounts"].as_array().expect("volumeMounts");
-    assert!(mounts.contains(&mount), "{mounts:?}");
-    assert!(args_of(container).contains(&"--prometheus-token-file=/var/run/prom/token".to_string()));
-
-    let out = helm(&[
-        "template",
-        "pacer",
-        chart().to_str().expect("path"),
-        "--set-json",
-        r#"operator.extraVolumeMounts=[{"name":"prom-token"}]"#,
-    ]);
-    assert!(!out.status.success(), "a mount without mountPath rendered");
-    assert!(text(&out).contains("mountPath"), "{}", text(&out));
 }
 
 /// `v` with every number as an f64 (so `1` and `1.0` compare equal).
@@ -607,47 +546,8 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
     let admin = cluster.admin().await;
     let kubeconfig = cluster.admin_kubeconfig();
     let kubeconfig = kubeconfig.to_str().expect("path");
-    for ns in ["pacer-system", "pacer-ci-team", "team-a"] {
-        apply_json(&admin, None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-            .await;
-        // No controller manager here to create each namespace's default ServiceAccount, which
-        // the `helm test` pod runs as.
-        let default_sa =
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
-        apply_json(&admin, Some(ns), default_sa).await;
-    }
-
-    // The Prometheus Operator's real CRDs, so ServiceMonitor and PrometheusRule are checked
-    // against their schemas.
-    let crds = cache().join("crds").join(format!("prometheus-operator-{MONITORING_CRDS_VERSION}"));
-    assert!(
-        crds.exists(),
-        "no {}: run scripts/build-monitoring-crds.sh (scripts/test.sh does)",
-        crds.display()
-    );
-    for kind in ["servicemonitors", "prometheusrules", "podmonitors"] {
-        let text =
-            std::fs::read_to_string(crds.join(format!("monitoring.coreos.com_{kind}.yaml"))).expect("crd");
-        common::apply_yaml(&admin, None, &text).await;
-    }
-    eventually(30, "the monitoring CRDs to be served", || {
-        let admin = admin.clone();
-        async move {
-            let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PrometheusRule");
-            kube::discovery::pinned_kind(&admin, &gvk).await.ok()
-        }
-    })
-    .await;
-
-    // Every object of every ci values file, accepted by a server-side dry-run.
-    for values in ci_values() {
-        let objects = render(&["-f", values.to_str().expect("path")]);
-        for obj in &objects {
-            if let Err(e) = server_side_dry_run(&admin, obj).await {
-                panic!("{}: {} {} rejected: {e}", values.display(), obj["kind"], obj["metadata"]["name"]);
-            }
-        }
-    }
+    namespaces_and_monitoring_crds(&admin).await;
+    every_ci_values_file_passes_a_server_side_dry_run(&admin).await;
 
     // helm install: CRD, RBAC, ServiceAccount and the operator Deployment.
     let chart = chart();
@@ -658,59 +558,18 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
     let deployment = deployments.get("pacer-operator").await.expect("the operator Deployment");
     assert_eq!(deployment.spec.as_ref().and_then(|s| s.replicas), Some(2));
     let crd_api: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    eventually(30, "the chart's CRD to be established", || {
-        let crd_api = crd_api.clone();
-        async move {
-            let crd = crd_api.get("inferenceservices.serving.pacer.dev").await.ok()?;
-            crd.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await;
+    crd_established(&crd_api).await;
 
-    // The operator as the chart's ServiceAccount (a TokenRequest, as the kubelet would do),
-    // with the Deployment's own arguments: it reconciles a sample in another namespace.
-    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), "pacer-system");
-    let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                         "spec": {"expirationSeconds": 3600}});
-    let token: Value = accounts
-        .create_subresource("token", "pacer-operator", &PostParams::default(), &request)
-        .await
-        .expect("a token for the ServiceAccount");
-    let token = token["status"]["token"].as_str().expect("token").to_string();
-    let sa_kubeconfig = cluster.dir().join("chart-sa.kubeconfig");
-    token_kubeconfig(&cluster, &token, &sa_kubeconfig);
-    let rendered = serde_json::to_value(&deployment).expect("json");
-    let container = &rendered["spec"]["template"]["spec"]["containers"][0];
+    // The operator as the chart's ServiceAccount, with the Deployment's own arguments: it
+    // reconciles a sample in another namespace and holds the leader Lease in the release's.
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
-    let args: Vec<String> = args_of(container)
-        .into_iter()
-        .map(
-            |a| if a.starts_with("--metrics-addr=") { format!("--metrics-addr=127.0.0.1:{port}") } else { a },
-        )
-        .collect();
-    let operator =
-        run_operator(&args, &sa_kubeconfig, "pacer-system", &cluster.dir().join("chart-operator.log"));
-    apply_json(&admin, Some("team-a"), sample_doc()).await;
-    let engines: Api<Deployment> = Api::namespaced(admin.clone(), "team-a");
+    let (args, operator_kubeconfig) =
+        as_the_release(&cluster, &admin, &deployment, "pacer-system", "chart", &format!("127.0.0.1:{port}"))
+            .await;
     let log_path = cluster.dir().join("chart-operator.log");
-    let reconciled = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        loop {
-            if engines.get_opt("smol").await.ok().flatten().is_some() {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    assert!(
-        reconciled.is_ok(),
-        "the operator (as the chart's ServiceAccount) did not create the engine Deployment:\n{}",
-        std::fs::read_to_string(&log_path).unwrap_or_default()
-    );
+    let operator = run_operator(&args, &operator_kubeconfig, "pacer-system", &log_path);
+    apply_json(&admin, Some("team-a"), sample_doc()).await;
+    engine_created(&admin, "team-a", &log_path, "the operator (as the chart's ServiceAccount)").await;
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(admin.clone(), "pacer-system");
     let lease = leases.get("pacer-operator").await.expect("the leader Lease in the release namespace");
@@ -747,9 +606,123 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
     assert!(isvcs.get_opt("smol").await.expect("get").is_some(), "the InferenceService is gone");
     drop(operator);
 
-    // Namespaced mode, as a second release would run next to a cluster-wide CRD: Roles in the
-    // watched namespaces only, and the operator, as that release's ServiceAccount, reconciles
-    // in them with nothing cluster-scoped granted.
+    a_namespaced_release_reconciles_with_roles_only(&cluster, &admin, chart, kubeconfig).await;
+}
+
+/// The release namespaces (each with its default ServiceAccount, which the `helm test` pod runs
+/// as and which no controller manager creates here) and the Prometheus Operator's real CRDs, so
+/// ServiceMonitor and PrometheusRule are checked against their schemas.
+async fn namespaces_and_monitoring_crds(admin: &kube::Client) {
+    for ns in ["pacer-system", "pacer-ci-team", "team-a"] {
+        apply_json(admin, None, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .await;
+        let default_sa =
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+        apply_json(admin, Some(ns), default_sa).await;
+    }
+    let crds = cache().join("crds").join(format!("prometheus-operator-{MONITORING_CRDS_VERSION}"));
+    assert!(
+        crds.exists(),
+        "no {}: run scripts/build-monitoring-crds.sh (scripts/test.sh does)",
+        crds.display()
+    );
+    for kind in ["servicemonitors", "prometheusrules", "podmonitors"] {
+        let text =
+            std::fs::read_to_string(crds.join(format!("monitoring.coreos.com_{kind}.yaml"))).expect("crd");
+        common::apply_yaml(admin, None, &text).await;
+    }
+    eventually(30, "the monitoring CRDs to be served", || {
+        let admin = admin.clone();
+        async move {
+            let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PrometheusRule");
+            kube::discovery::pinned_kind(&admin, &gvk).await.ok()
+        }
+    })
+    .await;
+}
+
+/// Every object of every `ci/*-values.yaml`, accepted by a server-side dry-run.
+async fn every_ci_values_file_passes_a_server_side_dry_run(admin: &kube::Client) {
+    for values in ci_values() {
+        let objects = render(&["-f", values.to_str().expect("path")]);
+        for obj in &objects {
+            if let Err(e) = server_side_dry_run(admin, obj).await {
+                panic!("{}: {} {} rejected: {e}", values.display(), obj["kind"], obj["metadata"]["name"]);
+            }
+        }
+    }
+}
+
+async fn crd_established(crd_api: &Api<CustomResourceDefinition>) {
+    eventually(30, "the chart's CRD to be established", || {
+        let crd_api = crd_api.clone();
+        async move {
+            let crd = crd_api.get("inferenceservices.serving.pacer.dev").await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+/// The arguments of the release's operator Deployment (with `--metrics-addr` moved to
+/// `metrics_addr`) and a kubeconfig holding a token of its ServiceAccount (a TokenRequest, as
+/// the kubelet would make), named after `name`.
+async fn as_the_release(
+    cluster: &Cluster,
+    admin: &kube::Client,
+    deployment: &Deployment,
+    namespace: &str,
+    name: &str,
+    metrics_addr: &str,
+) -> (Vec<String>, PathBuf) {
+    let pod = deployment.spec.as_ref().and_then(|s| s.template.spec.clone()).expect("pod spec");
+    let account = pod.service_account_name.clone().expect("a ServiceAccount");
+    let request = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                         "spec": {"expirationSeconds": 3600}});
+    let token: Value = Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create_subresource("token", &account, &PostParams::default(), &request)
+        .await
+        .expect("a token for the ServiceAccount");
+    let kubeconfig = cluster.dir().join(format!("{name}-sa.kubeconfig"));
+    token_kubeconfig(cluster, token["status"]["token"].as_str().expect("token"), &kubeconfig);
+    let rendered = serde_json::to_value(deployment).expect("json");
+    let args = args_of(&rendered["spec"]["template"]["spec"]["containers"][0])
+        .into_iter()
+        .map(|a| if a.starts_with("--metrics-addr=") { format!("--metrics-addr={metrics_addr}") } else { a })
+        .collect();
+    (args, kubeconfig)
+}
+
+/// Waits up to a minute for the sample's engine Deployment in `namespace`; `who` and the
+/// operator's log explain a failure.
+async fn engine_created(admin: &kube::Client, namespace: &str, log_path: &Path, who: &str) {
+    let engines: Api<Deployment> = Api::namespaced(admin.clone(), namespace);
+    let reconciled = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while engines.get_opt("smol").await.ok().flatten().is_none() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        reconciled.is_ok(),
+        "{who} did not create the engine Deployment:\n{}",
+        std::fs::read_to_string(log_path).unwrap_or_default()
+    );
+}
+
+/// Namespaced mode, as a second release would run next to a cluster-wide CRD: Roles in the
+/// watched namespaces only, and the operator, as that release's ServiceAccount, reconciles in
+/// them with nothing cluster-scoped granted.
+async fn a_namespaced_release_reconciles_with_roles_only(
+    cluster: &Cluster,
+    admin: &kube::Client,
+    chart: &str,
+    kubeconfig: &str,
+) {
     let values = chart_dir_file("ci/namespaced-values.yaml");
     let install = helm(&[
         "install",
@@ -771,37 +744,15 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_a_real_apiserver() {
         .into_iter()
         .next()
         .expect("the namespaced operator Deployment");
-    let pod = deployment.spec.as_ref().and_then(|s| s.template.spec.clone()).expect("pod spec");
-    let account = pod.service_account_name.clone().expect("a ServiceAccount");
-    let token: Value = Api::<ServiceAccount>::namespaced(admin.clone(), "pacer-ci-team")
-        .create_subresource("token", &account, &PostParams::default(), &request)
-        .await
-        .expect("a token for the namespaced ServiceAccount");
-    let ns_kubeconfig = cluster.dir().join("chart-ns-sa.kubeconfig");
-    token_kubeconfig(&cluster, token["status"]["token"].as_str().expect("token"), &ns_kubeconfig);
-    let rendered = serde_json::to_value(&deployment).expect("json");
-    let args: Vec<String> = args_of(&rendered["spec"]["template"]["spec"]["containers"][0])
-        .into_iter()
-        .map(|a| if a.starts_with("--metrics-addr=") { "--metrics-addr=127.0.0.1:0".to_string() } else { a })
-        .collect();
+    let (args, ns_kubeconfig) =
+        as_the_release(cluster, admin, &deployment, "pacer-ci-team", "chart-ns", "127.0.0.1:0").await;
     assert!(args.contains(&"--namespaces=pacer-ci-team,team-a".to_string()), "{args:?}");
     let ns_log_path = cluster.dir().join("chart-ns-operator.log");
     let _namespaced = run_operator(&args, &ns_kubeconfig, "pacer-ci-team", &ns_log_path);
     let mut sample = sample_doc();
     sample["metadata"]["namespace"] = json!("pacer-ci-team");
-    apply_json(&admin, Some("pacer-ci-team"), sample).await;
-    let engines: Api<Deployment> = Api::namespaced(admin.clone(), "pacer-ci-team");
-    let reconciled = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        while engines.get_opt("smol").await.ok().flatten().is_none() {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    assert!(
-        reconciled.is_ok(),
-        "the namespaced operator (Roles only) did not create the engine Deployment:\n{}",
-        std::fs::read_to_string(&ns_log_path).unwrap_or_default()
-    );
+    apply_json(admin, Some("pacer-ci-team"), sample).await;
+    engine_created(admin, "pacer-ci-team", &ns_log_path, "the namespaced operator (Roles only)").await;
     let log = std::fs::read_to_string(&ns_log_path).unwrap_or_default();
     assert!(!log.contains("forbidden"), "the namespaced operator hit RBAC denials:\n{log}");
 }

@@ -6,10 +6,10 @@
 //! re-exported here), so the file the engine writes and the one the planner reads have one
 //! definition.
 
+use crate::LoadedModel;
 use crate::bench::synthetic_tokens;
 use crate::error::EngineError;
 use crate::model::{KvCache, Model, SeqCache, SeqStep, Tier};
-use crate::LoadedModel;
 pub use pacer_planner::profile::{EngineProfile, PROFILE_SCHEMA, Quality, StepModel, StepSample};
 use std::path::Path;
 use std::time::Instant;
