@@ -26,19 +26,18 @@ pub struct DatasetItem {
 
 /// Parses JSON lines; errors name the line.
 pub fn parse(text: &str) -> Result<Vec<DatasetItem>, String> {
-    let mut items = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let item: DatasetItem = serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+    let items: Vec<DatasetItem> = crate::jsonl::parse(text)?;
+    // The line of the n-th item, for the checks' messages.
+    let line_of = |n: usize| {
+        text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()).nth(n).map_or(0, |(i, _)| i + 1)
+    };
+    for (n, item) in items.iter().enumerate() {
         if item.prompt.is_none() == item.messages.is_none() {
-            return Err(format!("line {}: give exactly one of `prompt` and `messages`", i + 1));
+            return Err(format!("line {}: give exactly one of `prompt` and `messages`", line_of(n)));
         }
         if item.timestamp.is_some_and(|t| t.is_nan() || t < 0.0) {
-            return Err(format!("line {}: `timestamp` must be a non-negative number of seconds", i + 1));
+            return Err(format!("line {}: `timestamp` must be a non-negative number of seconds", line_of(n)));
         }
-        items.push(item);
     }
     if items.is_empty() {
         return Err("the dataset has no requests".into());

@@ -17,6 +17,7 @@
 
 pub mod client;
 pub mod dataset;
+pub mod jsonl;
 pub mod load;
 pub mod metrics;
 pub mod plots;

@@ -436,11 +436,7 @@ fn search_cmd(rt: &tokio::runtime::Runtime, a: SearchArgs) -> Result<()> {
 
 fn read_records(path: &std::path::Path) -> Result<Vec<pacer_bench::metrics::RequestRecord>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .enumerate()
-        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}", path.display(), i + 1)))
-        .collect()
+    pacer_bench::jsonl::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 fn compare_cmd(a: CompareArgs) -> Result<()> {

@@ -381,8 +381,7 @@ fn resampled(spec: &TraceSpec, pool: &[(u32, u32)]) -> Result<Trace, SimError> {
 fn replay(path: &std::path::Path, duration: f64) -> Result<Trace, SimError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| SimError::Input(format!("reading {}: {e}", path.display())))?;
-    let ours: Result<Vec<Request>, _> =
-        text.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str::<Request>).collect();
+    let ours: Result<Vec<Request>, _> = pacer_bench::jsonl::parse(&text);
     let mut requests = match ours {
         Ok(r) => r,
         Err(_) => {

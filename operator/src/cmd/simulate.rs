@@ -123,11 +123,8 @@ pub fn calibrate(args: CalibrateArgs) -> Result<()> {
     let mut all = Vec::new();
     for path in &args.requests {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let records: Vec<pacer_bench::metrics::RequestRecord> = text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(serde_json::from_str)
-            .collect::<Result<_, _>>()
+        let records: Vec<pacer_bench::metrics::RequestRecord> = pacer_bench::jsonl::parse(&text)
+            .map_err(anyhow::Error::msg)
             .with_context(|| format!("{}: not a `pacer-bench run --requests-jsonl` file", path.display()))?;
         let f = fidelity::replay(profile.step, &records, settings)
             .with_context(|| format!("{}: no request succeeded", path.display()))?;
