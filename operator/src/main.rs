@@ -219,7 +219,7 @@ async fn run(args: RunArgs) -> Result<()> {
         metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
         tokio::select! {
             acquired = elector.acquire() => acquired?,
-            _ = shutdown_signal() => return Ok(()),
+            _ = pacer_operator::signal::stop_signal() => return Ok(()),
         }
         metrics.leader.set(1);
         leadership = elector.leadership();
@@ -239,7 +239,7 @@ async fn run(args: RunArgs) -> Result<()> {
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<bool>();
     let shutdown = async move {
         let lost_leadership = tokio::select! {
-            _ = shutdown_signal() => false,
+            _ = pacer_operator::signal::stop_signal() => false,
             _ = lost => true,
         };
         let _ = lost_tx.send(lost_leadership);
@@ -287,23 +287,6 @@ fn read_profiles(dir: &Path) -> Result<Vec<EngineProfile>> {
         }
     }
     Ok(profiles)
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 /// The host name plus the process id: unique even for two replicas on one machine.

@@ -183,15 +183,6 @@ fn unix_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Resolves when Ctrl-C or SIGTERM arrives.
-async fn stop_signal() -> &'static str {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "interrupted (Ctrl-C)",
-        () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => "terminated (SIGTERM)",
-    }
-}
-
 /// Runs local mode until the load and its tail end, `duration` passes, or a signal arrives;
 /// drains everything and writes the report.
 pub async fn run(options: Options) -> Result<Outcome, LocalError> {
@@ -282,7 +273,7 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
     for i in [&mut supervise, &mut scrape, &mut evaluate] {
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     }
-    let signal = stop_signal();
+    let signal = crate::signal::stop_signal();
     tokio::pin!(signal);
     let ended_by = loop {
         let load_done = async {
