@@ -91,7 +91,7 @@ struct ServeArgs {
     #[arg(long, env = "PACER_BATCH_WAIT_MS", default_value_t = 0)]
     batch_wait_ms: u64,
     /// Most tokens per scheduler step (decodes plus prompt chunks).
-    #[arg(long, env = "PACER_MAX_NUM_BATCHED_TOKENS", default_value_t = 512)]
+    #[arg(long, env = "PACER_MAX_NUM_BATCHED_TOKENS", default_value_t = pacer_planner::engine_defaults::STEP_TOKEN_BUDGET as usize)]
     max_num_batched_tokens: usize,
     /// The ITL budget in ms: while streams decode, prompt chunks are cut so a step is predicted
     /// to take at most this long, by the engine's own fit of its step times (0 = no time bound;
@@ -105,7 +105,7 @@ struct ServeArgs {
     #[arg(long, env = "PACER_MAX_WAITING", default_value_t = 256)]
     max_waiting: usize,
     /// KV-cache capacity in tokens (45 KiB per token for SmolLM2-135M).
-    #[arg(long, env = "PACER_KV_CACHE_TOKENS", default_value_t = 32768)]
+    #[arg(long, env = "PACER_KV_CACHE_TOKENS", default_value_t = pacer_planner::engine_defaults::KV_CACHE_TOKENS as usize)]
     kv_cache_tokens: usize,
     /// Reuse the KV cache of prompt prefixes earlier requests computed (shared system prompts,
     /// multi-turn chats), in 16-token blocks; `false` computes every prompt in full.

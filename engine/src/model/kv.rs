@@ -20,7 +20,7 @@ use std::hash::{Hash, Hasher};
 /// per-head keys and values (16 × head_dim floats each) contiguous for the attention loops.
 /// Keys are stored transposed within a block (dimension-major: `d · 16 + slot`), the layout
 /// the attention's score tile reads ([`crate::kernels::score_tile`]); values are token-major.
-pub const BLOCK_TOKENS: usize = 16;
+pub const BLOCK_TOKENS: usize = pacer_planner::engine_defaults::KV_BLOCK_TOKENS as usize;
 const _: () = assert!(BLOCK_TOKENS == crate::kernels::TILE, "a KV block is one attention tile");
 
 /// One block of a sequence's cache for one layer and KV head.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// The ITL budget of `pacer-engine serve` when none is given: a step of 100 ms is a gap of
 /// 100 ms in every running stream.
-pub const DEFAULT_MAX_STEP_MS: u64 = 100;
+pub const DEFAULT_MAX_STEP_MS: u64 = pacer_planner::engine_defaults::DEFAULT_MAX_STEP_MS;
 
 /// The batching knobs the operator moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +32,7 @@ impl Default for BatchSettings {
         BatchSettings {
             max_batch_size: 16,
             batch_wait_ms: 0,
-            max_num_batched_tokens: 512,
+            max_num_batched_tokens: pacer_planner::engine_defaults::STEP_TOKEN_BUDGET as usize,
             max_step_ms: DEFAULT_MAX_STEP_MS,
         }
     }

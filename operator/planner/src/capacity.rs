@@ -28,8 +28,7 @@ use super::tail::{Lengths, Wait, quantile_of_sum};
 use crate::Tier;
 use std::collections::BTreeMap;
 
-/// The engine's default token budget (`--max-num-batched-tokens`).
-pub const STEP_TOKEN_BUDGET: u32 = 512;
+pub use crate::engine_defaults::STEP_TOKEN_BUDGET;
 /// A long prompt, for TTFT's tail, as a multiple of the mean prompt (the workload only gives
 /// the mean; 1.5 sits between a fixed length, 1.0, and a uniform spread's P95, 1.9).
 pub const LONG_PROMPT: f64 = 1.5;
@@ -231,9 +230,8 @@ pub struct Limits {
     pub utilization: f64,
 }
 
-/// The fewest prompt tokens the engine's first prompt gets in a step, whatever the ITL budget
-/// (`pacer-engine`'s `MIN_CHUNK`).
-const MIN_CHUNK: f64 = 16.0;
+/// The fewest prompt tokens the engine's first prompt gets in a step, whatever the ITL budget.
+const MIN_CHUNK: f64 = crate::engine_defaults::MIN_CHUNK as f64;
 
 fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, quantile: f64) -> Prediction {
     let slots = f64::from(config.max_batch_size.max(1));

@@ -16,6 +16,7 @@
 //! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
 //! - [`decide`](mod@decide): trust, learning, and turning the choice into lever moves.
 //! - [`buckets`]: the bucket bounds of the engine's histograms.
+//! - [`engine_defaults`]: the engine scheduler's defaults and limits the models assume.
 //! - [`tier`]: the quantization tiers (the API crate re-exports [`Tier`]).
 //! - [`histogram`]: Prometheus text exposition and `histogram_quantile`'s arithmetic, shared by
 //!   local mode's scraper and the simulator's Prometheus.
@@ -27,6 +28,7 @@ pub mod buckets;
 pub mod capacity;
 pub mod choose;
 pub mod decide;
+pub mod engine_defaults;
 pub mod forecast;
 pub mod histogram;
 pub mod levers;
