@@ -14,7 +14,7 @@
 //! recomputed ([`plan`] holds these rules, tested without a model).
 
 mod engine_loop;
-mod plan;
+pub mod plan;
 mod settings;
 mod step_time;
 

@@ -12,12 +12,11 @@ use super::prom::EngineSeries;
 use pacer_planner::StepModel;
 use std::collections::VecDeque;
 
-/// Tokens one step may carry (`--max-num-batched-tokens`' default).
-pub const STEP_TOKEN_BUDGET: u32 = 512;
-/// KV-cache tokens per engine (the engine's default).
-pub const KV_CACHE_TOKENS: u32 = 32768;
-/// KV blocks hold this many tokens; reservations round up to whole blocks.
-pub const KV_BLOCK_TOKENS: u32 = 16;
+/// The engine's defaults and limits, from the one place the engine takes them too: tokens one
+/// step may carry, KV-cache tokens per engine, tokens per KV block (reservations round up to
+/// whole blocks) and the fewest prompt tokens the first prompt of a step gets under the ITL
+/// budget.
+pub use pacer_planner::engine_defaults::{KV_BLOCK_TOKENS, KV_CACHE_TOKENS, MIN_CHUNK, STEP_TOKEN_BUDGET};
 
 /// One request as the engine sees it.
 #[derive(Debug, Clone)]
@@ -102,10 +101,6 @@ impl Settings {
     }
 }
 
-/// The fewest prompt tokens the first prompt of a step gets under the ITL budget
-/// (`pacer-engine`'s).
-pub const MIN_CHUNK: u32 = 16;
-
 /// One finished step as the engine's scheduler would report it (Dynamo's "forward pass
 /// metrics"): what it carried and how long it took.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -127,6 +122,26 @@ struct Planned {
     index: usize,
     tokens: u32,
     decode: bool,
+}
+
+/// One step's feeds over the running sequences (in batch order; `prefill_left[i]` is 0 for a
+/// row that decodes): one token for every decoding row first, then prompt chunks in batch order
+/// within what `token_budget` leaves and, while rows decode, what the ITL budget leaves
+/// (`timed`, in prompt tokens). The engine's rule (`pacer_engine::scheduler::plan`) for a step
+/// with KV to spare; a test holds the two equal on the same inputs.
+pub fn compose_step(prefill_left: &[u32], token_budget: u32, mut timed: Option<u32>) -> Vec<(usize, u32)> {
+    let mut feeds: Vec<(usize, u32)> =
+        prefill_left.iter().enumerate().filter(|(_, left)| **left == 0).map(|(i, _)| (i, 1)).collect();
+    let mut budget = token_budget.saturating_sub(feeds.len() as u32);
+    for (i, &left) in prefill_left.iter().enumerate() {
+        if left > 0 && budget > 0 && timed != Some(0) {
+            let chunk = left.min(budget).min(timed.unwrap_or(u32::MAX));
+            timed = timed.map(|t| t - chunk);
+            budget -= chunk;
+            feeds.push((i, chunk));
+        }
+    }
+    feeds
 }
 
 /// One engine replica.
@@ -287,33 +302,28 @@ impl Engine {
         if self.running.is_empty() {
             return;
         }
-        let mut budget = settings.token_budget.max(settings.max_batch_size).max(1);
-        let mut plan = Vec::with_capacity(self.running.len());
+        let budget = settings.token_budget.max(settings.max_batch_size).max(1);
+        let prefill_left: Vec<u32> =
+            self.running.iter().map(|s| if s.in_prefill() { s.prompt - s.prefilled } else { 0 }).collect();
         let (mut rows, mut context, mut prefill, mut prefilling) = (0u32, 0u64, 0u32, 0u32);
-        for (index, s) in self.running.iter().enumerate() {
-            if !s.in_prefill() {
-                plan.push(Planned { index, tokens: 1, decode: true });
-                rows += 1;
-                context += u64::from(s.prompt + s.generated);
-                budget = budget.saturating_sub(1);
-            }
+        for s in self.running.iter().filter(|s| !s.in_prefill()) {
+            rows += 1;
+            context += u64::from(s.prompt + s.generated);
         }
         // The ITL budget: with rows decoding, prompts get what the budget leaves of the step.
-        let mut timed =
-            (rows > 0 && settings.max_step > 0.0 && self.step.per_prefill_token_s > 0.0).then(|| {
-                let decodes = self.step.step_seconds(f64::from(rows), 0.0, context as f64);
-                let left = settings.max_step.max(1.5 * decodes) - decodes;
-                (left / self.step.per_prefill_token_s).floor().max(f64::from(MIN_CHUNK)) as u32
-            });
-        for (index, s) in self.running.iter().enumerate() {
-            if s.in_prefill() && budget > 0 && timed != Some(0) {
-                let chunk = (s.prompt - s.prefilled).min(budget).min(timed.unwrap_or(u32::MAX));
-                timed = timed.map(|t| t - chunk);
-                budget -= chunk;
-                prefill += chunk;
+        let timed = (rows > 0 && settings.max_step > 0.0 && self.step.per_prefill_token_s > 0.0).then(|| {
+            let decodes = self.step.step_seconds(f64::from(rows), 0.0, context as f64);
+            let left = settings.max_step.max(1.5 * decodes) - decodes;
+            (left / self.step.per_prefill_token_s).floor().max(f64::from(MIN_CHUNK)) as u32
+        });
+        let mut plan = Vec::with_capacity(self.running.len());
+        for (index, tokens) in compose_step(&prefill_left, budget, timed) {
+            let decode = prefill_left[index] == 0;
+            if !decode {
+                prefill += tokens;
                 prefilling += 1;
-                plan.push(Planned { index, tokens: chunk, decode: false });
             }
+            plan.push(Planned { index, tokens, decode });
         }
         if plan.is_empty() {
             return;

@@ -256,3 +256,37 @@ fn a_failover_mid_step_keeps_the_old_leaders_course() {
     assert!(!empty_differs.is_empty(), "an empty history never changed the course: the test proves nothing");
     eprintln!("an empty history changed the course after failovers at {empty_differs:?} of {at:?}");
 }
+
+/// The simulated engine composes a step as `pacer-engine` does: on the same running sequences
+/// and token budget (no ITL budget, KV to spare), both feed the same tokens to the same
+/// sequences, decodes first, then prompt chunks in batch order.
+#[test]
+fn the_simulated_step_is_the_engines_step() {
+    use pacer_engine::scheduler::plan::{SeqView, StepBudget, blocks_for, plan_step_with};
+    use pacer_simulator::replica::compose_step;
+    let mut rng = pacer_bench::load::Rng::new(7);
+    for case in 0..5000 {
+        let n = 1 + (rng.next_u64() % 12) as usize;
+        let left: Vec<u32> =
+            (0..n).map(|_| if rng.uniform() < 0.5 { 0 } else { 1 + (rng.next_u64() % 900) as u32 }).collect();
+        let budget = 1 + (rng.next_u64() % 700) as u32;
+        let ours: Vec<(usize, usize)> =
+            compose_step(&left, budget, None).into_iter().map(|(i, t)| (i, t as usize)).collect();
+        let views: Vec<SeqView> = left
+            .iter()
+            .map(|&l| {
+                // A decoding row holds its prompt and what it generated; a prompt holds nothing yet.
+                let cached = if l == 0 { 100 + (rng.next_u64() % 400) as usize } else { 0 };
+                let blocks = blocks_for(cached);
+                SeqView { cached, blocks, reclaimable: blocks, prefill_left: l as usize }
+            })
+            .collect();
+        let engine = plan_step_with(
+            &views,
+            StepBudget { tokens: budget as usize, attention_equiv: 0, time: None },
+            1_000_000,
+        );
+        assert_eq!(ours, engine.feeds, "case {case}: prefill left {left:?}, budget {budget}");
+        assert!(engine.preempt.is_empty());
+    }
+}
