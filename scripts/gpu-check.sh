@@ -57,14 +57,19 @@ build() {
     build_sel=(-p pacer-engine -p pacer-bench --features pacer-engine/cuda)
     test_sel=(-p pacer-engine --features cuda --lib --test candle --test reference)
   else
-    # The whole workspace, as scripts/test.sh builds it: the same features, nothing rebuilt.
+    # The whole workspace's tests, as scripts/test.sh builds them: `cargo test --no-run` also
+    # builds the binaries the tests run, with the features the tests unify, so nothing is
+    # rebuilt after scripts/test.sh. (A `cargo build` would resolve features without the
+    # dev-dependencies and rebuild most of the workspace.)
     export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
-    build_sel=(--workspace)
+    build_sel=()
     test_sel=(--workspace)
   fi
-  log "building the engine and pacer-bench (${build_sel[*]})"
-  cargo build --release --locked "${build_sel[@]}"
-  log "building the candle test binaries"
+  if [ "${#build_sel[@]}" -gt 0 ]; then
+    log "building the engine and pacer-bench (${build_sel[*]})"
+    cargo build --release --locked "${build_sel[@]}"
+  fi
+  log "building the test binaries (and the engine and pacer-bench they run)"
   local tests
   tests=$(cargo test --release --locked "${test_sel[@]}" --no-run --message-format=json | python3 -c '
 import json, sys
