@@ -123,9 +123,9 @@ fn main() -> Result<()> {
         Command::Local(args) if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
             std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
             let log = std::fs::File::create(args.out.join("local.log")).context("creating local.log")?;
-            init_logging_to(log_format, std::sync::Mutex::new(log));
+            init_logging(log_format, Some(log));
         }
-        _ => init_logging(log_format),
+        _ => init_logging(log_format, None),
     }
     match command {
         Command::Crd => {
@@ -299,27 +299,21 @@ fn host_name() -> String {
     format!("{host}_{}", std::process::id())
 }
 
-#[cfg(feature = "local")]
-fn init_logging_to(format: LogFormat, writer: std::sync::Mutex<std::fs::File>) {
+/// One logging setup for every subcommand: `RUST_LOG` (default `info`), text or flat JSON
+/// lines, to stderr (coloured only on a terminal, never under `NO_COLOR`) or, when local mode's
+/// live view owns the terminal, to a file without colour.
+fn init_logging(format: LogFormat, file: Option<std::fs::File>) {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(writer);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour only on a terminal, and never under NO_COLOR: redirected logs stay plain text.
-        .with_ansi(
+    let (writer, ansi) = match file {
+        Some(file) => (BoxMakeWriter::new(std::sync::Mutex::new(file)), false),
+        None => (
+            BoxMakeWriter::new(std::io::stderr),
             std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none(),
-        )
-        .with_writer(std::io::stderr);
+        ),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
