@@ -62,6 +62,9 @@ cargo fmt --all -- --check
 
 step "lint"
 cargo clippy --workspace --all-targets --release --locked -- -D warnings
+# The operator's image builds the controller alone (operator/Dockerfile): it must compile and
+# pass the lints without the `local` and `simulate` features too.
+cargo clippy -p pacer-operator --no-default-features --all-targets --release --locked -- -D warnings
 
 # Every later cargo command selects the whole workspace (`--workspace`), so features unify the
 # same way each time and no dependency is rebuilt with a different feature set.
