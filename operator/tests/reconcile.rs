@@ -494,7 +494,10 @@ async fn a_child_the_api_server_rejects_is_reported_not_retried() {
     let first = writes().await;
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     assert_eq!(writes().await, first, "the rejected Deployment is retried:\n{}", op.log_text());
-    assert!(first.unwrap_or(0.0) <= 2.0, "{first:?}");
+    // One attempt per trigger that reaches the controller before the status records the
+    // refusal: the create, the settings ConfigMap's creation and the status write itself, which
+    // coalesce into fewer reconciles on a fast machine (a cold CI run saw all three).
+    assert!(first.unwrap_or(0.0) <= 3.0, "{first:?}");
     assert_eq!(op.metric("pacer_operator_reconcile_errors_total", "").await, Some(0.0));
 
     // Fixing the spec clears the condition.
