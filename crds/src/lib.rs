@@ -4,6 +4,8 @@
 //!   pods, the latency SLA, and the ranges the planner may move each lever within.
 //! - [`InferenceServiceStatus`]: what the operator reports — conditions, replicas, the live lever
 //!   values, observed percentiles and the last decision.
+//! - [`Runtime`]: the inference server the engine pods run, `pacer-engine` or vLLM, and a
+//!   vLLM tier's model [`Variant`].
 //! - [`conditions`]: condition types and reasons, as constants shared by operator and tests.
 //! - How a service reads as the planner's input: [`InferenceServiceSpec::planner_spec`],
 //!   [`InferenceService::initial_levers`] and [`InferenceService::current_levers`]. The
@@ -17,11 +19,13 @@
 
 pub mod conditions;
 mod planner;
+mod runtime;
 pub mod schema;
 mod spec;
 mod status;
 
 pub use pacer_planner::Tier;
+pub use runtime::*;
 pub use spec::*;
 pub use status::*;
 

@@ -34,6 +34,7 @@ impl InferenceServiceSpec {
             scale_up_stabilization: secs(&p.scale_up_stabilization, 60.0),
             scale_down_stabilization: secs(&p.scale_down_stabilization, 300.0),
             max_step_ms: spec.batching.max_step_ms.unwrap_or(0),
+            batch_rolls: !spec.engine.runtime.live_batch(),
         }
     }
 }

@@ -82,19 +82,40 @@ pub fn duration_within(expr: &str, min: &str, max: &str) -> String {
     )
 }
 
-/// `engine.args`: bounded, and none of them a flag the operator owns.
+/// `engine.args`: bounded, and none of them a flag the operator owns for either runtime (the
+/// field cannot see which one the spec names; neither server has a use for the other's).
 pub fn engine_args(_: &mut SchemaGenerator) -> Schema {
-    let flags = OWNED_FLAGS.join("|");
-    let listed = OWNED_FLAGS.iter().map(|f| format!("--{f}")).collect::<Vec<_>>().join(", ");
-    let mut schema = json_schema!({"type": "array", "items": {"type": "string", "maxLength": MAX_ARG_LEN}, "maxItems": MAX_LIST_ITEMS});
+    let mut owned: Vec<&str> = OWNED_FLAGS.to_vec();
+    owned.extend(crate::VLLM_OWNED_FLAGS.iter().filter(|f| !OWNED_FLAGS.contains(f)));
+    args_without(&owned, "engine.args", (MAX_LIST_ITEMS, MAX_ARG_LEN))
+}
+
+/// A variant's `args`: bounded, and none of the `vllm serve` flags the operator owns. Tighter
+/// bounds than `engine.args` (16 flags of at most 512 characters): the rule runs once per
+/// variant, and the API server refuses a CRD whose rules could cost more than its budget.
+pub fn variant_args(_: &mut SchemaGenerator) -> Schema {
+    args_without(&crate::VLLM_OWNED_FLAGS, "quantization.variants[].args", (16, 512))
+}
+
+fn args_without(owned: &[&str], field: &str, (items, len): (u64, u64)) -> Schema {
+    let flags = owned.join("|");
+    let listed = owned.iter().map(|f| format!("--{f}")).collect::<Vec<_>>().join(", ");
+    let mut schema =
+        json_schema!({"type": "array", "items": {"type": "string", "maxLength": len}, "maxItems": items});
     add_rules(
         object(&mut schema),
         [rule(
             format!("self.all(a, !a.matches('^--({flags})(=|$)'))"),
-            format!("engine.args must not set the flags Pacer owns ({listed}): use the matching spec field"),
+            format!("{field} must not set the flags Pacer owns ({listed}): use the matching spec field"),
         )],
     );
     schema
+}
+
+/// A variant's tier: one of vLLM's precision classes.
+pub fn vllm_tier(_: &mut SchemaGenerator) -> Schema {
+    let names: Vec<&str> = crate::Tier::VLLM.iter().map(|t| t.as_str()).collect();
+    json_schema!({"type": "string", "enum": names})
 }
 
 /// `engine.env`: bounded, names as Pod validation admits them (printable ASCII except `=`).

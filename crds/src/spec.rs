@@ -70,8 +70,22 @@ pub const DEFAULT_ENGINE_IMAGE: &str = concat!("ghcr.io/pacer-dev/pacer-engine:"
     ok_window = crate::schema::duration_within("self.sla.window", "0s", "24h"),
 ))
 .message("policy.evaluationInterval must not exceed sla.window: evaluations further apart than the window would leave traffic unobserved"))]
+#[x_kube(validation = Rule::new("(has(self.engine.runtime) && self.engine.runtime == 'vllm') || self.quantization.allowedTiers.all(t, t in ['f32', 'q8_0', 'native', 'q4_0'])")
+    .message("quantization.allowedTiers of pacer-engine are f32, q8_0, native or q4_0 (bf16, fp16, fp8, int8 and int4 are vLLM's: set engine.runtime vllm)"))]
+#[x_kube(validation = Rule::new("!(has(self.engine.runtime) && self.engine.runtime == 'vllm') || self.quantization.allowedTiers.all(t, t in ['bf16', 'fp16', 'fp8', 'int8', 'int4'])")
+    .message("with engine.runtime vllm, quantization.allowedTiers are vLLM precisions: bf16, fp16, fp8, int8 or int4"))]
+#[x_kube(validation = Rule::new("!(has(self.engine.runtime) && self.engine.runtime == 'vllm') || self.quantization.allowedTiers.all(t, has(self.quantization.variants) && self.quantization.variants.exists(v, v.tier == t))")
+    .message("with engine.runtime vllm, every tier in quantization.allowedTiers needs a quantization.variants entry naming the model that runs it"))]
+#[x_kube(validation = Rule::new("(has(self.engine.runtime) && self.engine.runtime == 'vllm') || !has(self.quantization.variants) || size(self.quantization.variants) == 0")
+    .message("quantization.variants name vLLM models: set engine.runtime vllm, or remove them (pacer-engine derives every tier from model.source's GGUF file)"))]
+#[x_kube(validation = Rule::new("(has(self.engine.runtime) && self.engine.runtime == 'vllm') || has(self.model.source)")
+    .message("model.source is required with engine.runtime pacer: it names the GGUF file the engine serves"))]
+#[x_kube(validation = Rule::new("!(has(self.engine.runtime) && self.engine.runtime == 'vllm') || !has(self.model.source) || !has(self.model.source.url)")
+    .message("model.source.url downloads one GGUF file for pacer-engine; vLLM loads quantization.variants[].model by id, or from a directory that a pvc or image source mounts at /models"))]
+#[x_kube(validation = Rule::new("!(has(self.engine.runtime) && self.engine.runtime == 'vllm') || !has(self.batching) || !has(self.batching.maxStepMs)")
+    .message("batching.maxStepMs is pacer-engine's ITL budget and vLLM has none: remove it with engine.runtime vllm"))]
 pub struct InferenceServiceSpec {
-    /// The model to serve and how engine pods get its GGUF file.
+    /// The model to serve and where engine pods get it.
     pub model: ModelSpec,
     /// The engine pods: image, resources, scheduling and extra settings.
     #[serde(default)]
@@ -92,7 +106,7 @@ pub struct InferenceServiceSpec {
     pub policy: PolicySpec,
 }
 
-/// The model and where its GGUF file comes from.
+/// The model and where its files come from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelSpec {
@@ -104,8 +118,11 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 16, max = 1048576))]
     pub context_length: Option<u32>,
-    /// Where the GGUF file comes from: exactly one of `pvc`, `image` or `url`.
-    pub source: ModelSource,
+    /// Where the model comes from: exactly one of `pvc`, `image` or `url`. With `runtime:
+    /// pacer` it is required and names the GGUF file; with `runtime: vllm` it is optional, and a
+    /// `pvc` or `image` is mounted at `/models` for the variants' paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ModelSource>,
 }
 
 /// Where engine pods read the GGUF file from. Exactly one field is set.
@@ -210,13 +227,24 @@ impl PullPolicy {
 #[x_kube(validation = Rule::new(
     "!has(self.device) || !self.device.startsWith('cuda') || (has(self.resources.limits) && 'nvidia.com/gpu' in self.resources.limits)"
 ).message("engine.device cuda needs a GPU: set resources.limits[\"nvidia.com/gpu\"]"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.runtime) || self.runtime != 'vllm' || (has(self.resources.limits) && 'nvidia.com/gpu' in self.resources.limits)"
+).message("engine.runtime vllm runs vLLM's CUDA image: set engine.resources.limits[\"nvidia.com/gpu\"]"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.runtime) || self.runtime != 'vllm' || (!has(self.device) && !has(self.threads))"
+).message("engine.device and engine.threads are pacer-engine settings: with engine.runtime vllm, pass vLLM's own flags in engine.args"))]
 pub struct EngineSpec {
-    /// The `pacer-engine` image.
-    #[serde(default = "default_engine_image")]
+    /// The inference server: `pacer` (`pacer-engine`, the default) or `vllm` (vLLM's OpenAI
+    /// server on a GPU, one model variant per tier in `quantization.variants`).
+    #[serde(default)]
+    pub runtime: crate::Runtime,
+    /// The engine image. Default: the `pacer-engine` release of this operator, or a pinned
+    /// `vllm/vllm-openai` release with `runtime: vllm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     #[x_kube(validation = Rule::new(r"!self.matches('\\s')")
         .message("engine.image must be an image reference without whitespace, e.g. ghcr.io/pacer-dev/pacer-engine:0.1.0"))]
-    pub image: String,
+    pub image: Option<String>,
     /// When to pull the engine image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::schema::optional_enum::<PullPolicy>")]
@@ -260,8 +288,15 @@ pub struct EngineSpec {
     pub tolerations: Vec<Toleration>,
 }
 
-fn default_engine_image() -> String {
-    DEFAULT_ENGINE_IMAGE.to_string()
+impl EngineSpec {
+    /// The image the engine pods run: `image`, else the runtime's default.
+    pub fn image(&self) -> &str {
+        match (&self.image, self.runtime) {
+            (Some(image), _) => image,
+            (None, crate::Runtime::Pacer) => DEFAULT_ENGINE_IMAGE,
+            (None, crate::Runtime::Vllm) => crate::DEFAULT_VLLM_IMAGE,
+        }
+    }
 }
 
 fn default_resources() -> ResourceRequirements {
@@ -277,7 +312,8 @@ fn default_resources() -> ResourceRequirements {
 impl Default for EngineSpec {
     fn default() -> Self {
         EngineSpec {
-            image: default_engine_image(),
+            runtime: crate::Runtime::Pacer,
+            image: None,
             image_pull_policy: None,
             image_pull_secrets: Vec::new(),
             resources: default_resources(),
@@ -481,6 +517,13 @@ pub struct QuantizationSpec {
     /// maximum and the SLA is still violated.
     #[serde(default)]
     pub allow_degrade: bool,
+    /// With `engine.runtime: vllm`, the model variant of each tier: the model `vllm serve`
+    /// loads and the flags it needs (one entry per tier). Moving to another tier rolls the pods
+    /// onto its variant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["tier".into()]))]
+    pub variants: Vec<crate::Variant>,
 }
 
 fn default_allowed_tiers() -> Vec<Tier> {
@@ -493,11 +536,17 @@ impl Default for QuantizationSpec {
             allowed_tiers: default_allowed_tiers(),
             preferred_tier: None,
             allow_degrade: false,
+            variants: Vec::new(),
         }
     }
 }
 
 impl QuantizationSpec {
+    /// The vLLM variant of `tier`, if the spec names one.
+    pub fn variant(&self, tier: Tier) -> Option<&crate::Variant> {
+        self.variants.iter().find(|v| v.tier == tier)
+    }
+
     /// The tier to run while the SLA holds: `preferredTier`, else the first allowed tier.
     pub fn preferred(&self) -> Tier {
         self.preferred_tier.or_else(|| self.allowed_tiers.first().copied()).unwrap_or(Tier::Native)

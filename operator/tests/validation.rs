@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::cases::vllm;
 use common::{TestNs, isvc_doc};
 use kube::api::PostParams;
 use pacer_crds::InferenceService;
@@ -309,8 +310,55 @@ async fn defaults_are_filled_in_by_the_api_server() {
     assert_eq!(s.batching.max_batch_size.initial, 8);
     assert_eq!(s.quantization.allowed_tiers, vec![pacer_crds::Tier::Native]);
     assert_eq!(s.policy.evaluation_interval, "30s");
-    assert_eq!(s.engine.image, pacer_crds::DEFAULT_ENGINE_IMAGE);
+    assert_eq!(s.engine.runtime, pacer_crds::Runtime::Pacer);
+    // The image is left unset and resolved per runtime, so a vLLM spec never gets pacer's.
+    assert_eq!(s.engine.image, None);
+    assert_eq!(s.engine.image(), pacer_crds::DEFAULT_ENGINE_IMAGE);
     assert!(s.engine.resources.requests.as_ref().is_some_and(|r| r.contains_key("cpu")));
+}
+
+/// A vLLM deployment is admitted, and the Deployment the operator renders for it at every tier
+/// and at the batch settings' extremes passes the API server's own validation (a server-side
+/// dry-run: vLLM itself cannot run here, and nothing pretends to be it).
+#[tokio::test]
+async fn a_vllm_inferenceservice_is_admitted_and_its_deployment_passes_a_server_side_dry_run() {
+    let ns = TestNs::new("vllm").await;
+    let mut doc = isvc_doc("qwen");
+    merge(
+        &mut doc,
+        &vllm(json!({"spec": {
+            "model": {"servedName": "qwen", "contextLength": 8192},
+            "engine": {"args": ["--gpu-memory-utilization=0.85"], "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}]},
+            "batching": {
+                "maxBatchSize": {"min": 16, "max": 256, "initial": 64},
+                "maxNumBatchedTokens": {"min": 512, "max": 8192, "initial": 2048},
+            },
+        }})),
+    );
+    // Weights on a claim, mounted at /models (replacing the base document's GGUF URL).
+    doc["spec"]["model"]["source"] = json!({"pvc": {"claimName": "weights", "path": "hub"}});
+    let isvc = ns.create(doc).await;
+    assert_eq!(isvc.spec.engine.image(), pacer_crds::DEFAULT_VLLM_IMAGE);
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(ns.admin.clone(), &ns.name);
+    let params = kube::api::PatchParams::apply(pacer_operator::build::FIELD_MANAGER).force().dry_run();
+    let initial = isvc.initial_levers();
+    for levers in [
+        initial,
+        pacer_operator::build::Levers { tier: pacer_crds::Tier::Fp8, ..initial },
+        pacer_operator::build::Levers {
+            max_batch_size: 256,
+            max_num_batched_tokens: 8192,
+            replicas: 3,
+            ..initial
+        },
+    ] {
+        let d = pacer_operator::build::deployment(&isvc, &levers);
+        let name = d.metadata.name.clone().expect("name");
+        if let Err(e) = deployments.patch(&name, &params, &kube::api::Patch::Apply(&d)).await {
+            panic!("the API server refused the vLLM Deployment at {levers:?}: {e}");
+        }
+    }
 }
 
 /// What the rules above refuse must not catch what Pod validation accepts: every embedded field,

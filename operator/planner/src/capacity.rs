@@ -138,6 +138,18 @@ impl CapacityModel {
         self.steps.get(&tier)
     }
 
+    /// This model with the step models learnt online ([`crate::online`]) for the tiers it has
+    /// no profile of, where a fit is ready; profiled tiers keep their profile.
+    pub fn with_online(&self, fits: &BTreeMap<String, crate::online::StepFit>) -> CapacityModel {
+        let mut steps = self.steps.clone();
+        for (name, fit) in fits {
+            if let (Some(tier), Some(step)) = (Tier::named(name), fit.model()) {
+                steps.entry(tier).or_insert(step);
+            }
+        }
+        CapacityModel { steps }
+    }
+
     /// Whether no tier is profiled (the planner then learns from observations alone).
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()

@@ -7,6 +7,10 @@
 //! replicas, then fewer levers moved from the current configuration, then the most capacity to
 //! spare. So the chosen configuration is the cheapest one predicted to hold, with ties to
 //! precision, then to stillness.
+//!
+//! Where batch settings reach the engines only by a rolling update (vLLM), a move of them is
+//! charged its roll-out ([`roll_cost`]): the surge pod's time, spread over how long the new
+//! settings are expected to run. It wins only when the replicas it saves outlast the roll-out.
 
 use super::capacity::{CapacityModel, EngineConfig, Limits, Workload};
 use super::levers::Levers;
@@ -164,7 +168,8 @@ pub fn cheapest(search: &Search<'_>, ask: &Ask<'_>) -> Option<Choice> {
     let budgets =
         values(spec.budget_min, spec.budget_max, spec.budget_initial, current.max_num_batched_tokens);
     let pref = spec.tier_rank(spec.preferred_tier).unwrap_or(0);
-    let mut best: Option<(Candidate, (usize, i32, usize, f64))> = None;
+    let roll = roll_cost(spec, history, current);
+    let mut best: Option<(Candidate, (usize, f64, usize, f64))> = None;
     // For when nothing holds: every (candidate, predicted worst ratio to target).
     let mut short: Vec<(Candidate, f64, usize)> = Vec::new();
     for tier in tiers_allowed {
@@ -204,7 +209,9 @@ pub fn cheapest(search: &Search<'_>, ask: &Ask<'_>) -> Option<Choice> {
                 };
                 let Some(n) = n else { continue };
                 let c = candidate(n);
-                let key = (degradation, n, moved, -cap);
+                let batch_moved = b != current.max_batch_size || budget != current.max_num_batched_tokens;
+                let cost = f64::from(n) + if batch_moved { roll } else { 0.0 };
+                let key = (degradation, cost, moved, -cap);
                 if best.as_ref().is_none_or(|(_, k)| key_less(&key, k)) {
                     best = Some((c, key));
                 }
@@ -255,8 +262,22 @@ pub fn worst_ratio(
     }
 }
 
-fn key_less(a: &(usize, i32, usize, f64), b: &(usize, i32, usize, f64)) -> bool {
-    (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)).then(a.3.total_cmp(&b.3)).is_lt()
+/// What moving the batch settings costs, in replicas, where the engines take them only at start
+/// (`spec.batch_rolls`; 0 where they take them live): the roll-out replaces the running pods one
+/// at a time with one surge pod, each for a pod start, and the new settings are expected to run
+/// at least the scale-down stabilization (or the window, if longer) before the planner moves
+/// again.
+pub fn roll_cost(spec: &PlannerSpec, history: &History, current: &Levers) -> f64 {
+    if !spec.batch_rolls {
+        return 0.0;
+    }
+    let pod_start = history.pod_start.unwrap_or(super::decide::DEFAULT_POD_START);
+    let runs_for = spec.scale_down_stabilization.max(spec.window).max(1.0);
+    f64::from(current.replicas.max(1)) * pod_start / runs_for
+}
+
+fn key_less(a: &(usize, f64, usize, f64), b: &(usize, f64, usize, f64)) -> bool {
+    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.total_cmp(&b.3)).is_lt()
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! - [`profile`]: an engine profile (step times per tier) from `pacer-engine profile`.
 //! - [`capacity`]: the queueing model that turns a profile and a load into predicted percentiles
 //!   and per-replica capacity.
+//! - [`online`]: step models learnt from the metrics for tiers no profile covers (vLLM).
 //! - [`tail`]: TTFT's percentile as the percentile of a sum of waits and a prompt's prefill.
 //! - [`forecast`]: the load to plan for, from the leading signals.
 //! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
@@ -34,6 +35,7 @@ pub mod histogram;
 pub mod levers;
 pub mod memory;
 pub mod observation;
+pub mod online;
 pub mod profile;
 pub mod spec;
 pub mod tail;
@@ -210,7 +212,8 @@ pub struct History {
     pub last_change: BTreeMap<String, Seconds>,
     /// The last scale-up: its target replicas and when, until they are all ready.
     pub pending_scale_up: Option<(i32, Seconds)>,
-    /// When the last tier rollout started.
+    /// When the last rollout started: a tier change, or a batch change where the engines read
+    /// their batch settings only at start ([`PlannerSpec::batch_rolls`]).
     pub tier_changed_at: Option<Seconds>,
     /// Learned ratio of observed to predicted percentile, per engine configuration
     /// ([`correction_key`]).
@@ -235,6 +238,12 @@ pub struct History {
     /// The request shape, smoothed over evaluations ([`decide::SHAPE_SMOOTHING`]): the prompt length
     /// at the percentile comes from wide histogram buckets and jumps from window to window.
     pub shape: Option<SeenShape>,
+    /// Step models being learnt from the metrics, per tier no profile covers ([`online`]).
+    pub online: BTreeMap<String, online::StepFit>,
+    /// Per tier, the most requests per second one replica has been seen carrying while the
+    /// SLA held with every replica ready: without a model, replicas are given back only while
+    /// the rest would carry no more than that each.
+    pub carried: BTreeMap<String, f64>,
 }
 
 /// A request shape (tokens per request), as last smoothed.

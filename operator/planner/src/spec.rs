@@ -51,6 +51,11 @@ pub struct PlannerSpec {
     /// The engines' ITL budget in ms (`batching.maxStepMs`; 0 = none), which the operator
     /// renders into the engines' settings and the capacity model predicts with.
     pub max_step_ms: u32,
+    /// Whether the engines read their batch settings only at start (vLLM), so that moving them
+    /// is a rolling update of every pod, not a live change: the planner then weighs a batch
+    /// move as a slow lever ([`crate::choose::roll_cost`]) and never uses it to cover a start.
+    #[serde(default)]
+    pub batch_rolls: bool,
 }
 
 impl PlannerSpec {

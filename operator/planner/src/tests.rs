@@ -33,6 +33,7 @@ fn spec() -> PlannerSpec {
         // The engines' ITL budget is off here: these tests pin the decision rule on the
         // token budget alone; `capacity::tests` and the simulator cover the budget.
         max_step_ms: 0,
+        batch_rolls: false,
     }
 }
 
@@ -219,6 +220,87 @@ fn a_start_the_ready_replicas_cannot_cover_tightens_the_batch_settings_and_gives
     } else {
         assert!(d.message.contains("replicas 1 →"), "{}", d.message);
     }
+}
+
+#[test]
+fn where_batch_settings_roll_the_pods_a_scale_up_keeps_them_and_a_move_costs_its_rollout() {
+    let rolls = PlannerSpec { batch_rolls: true, ..spec() };
+    // The case of the cover test above: the live-settings planner tightens the batch to cover
+    // the start; where that would roll every pod, the replicas come alone.
+    let cur = Levers { max_num_batched_tokens: 512, ..levers(1) };
+    let one = per_replica(&cur, MARGIN);
+    let mut obs = observe(0.3, 0.03, 2.5 * one, 1);
+    obs.metrics.prompt_token_rate = Some(2.5 * one * 600.0);
+    let d = decide(&rolls, &model(), &obs, &cur, &History::default(), 0.0);
+    assert!(d.levers.replicas > 1, "{}", d.message);
+    assert_eq!(d.history.cover, None, "{}", d.message);
+    assert_eq!(
+        (d.levers.max_batch_size, d.levers.max_num_batched_tokens),
+        (cur.max_batch_size, cur.max_num_batched_tokens),
+        "{}",
+        d.message
+    );
+    // The search charges a batch move its rollout: replicas × pod start over the time the
+    // settings run (4 × 60 s over the 120 s scale-down stabilization here: 2 replicas).
+    let four = levers(4);
+    assert_eq!(choose::roll_cost(&spec(), &History::default(), &four), 0.0);
+    assert!((choose::roll_cost(&rolls, &History::default(), &four) - 2.0).abs() < 1e-9);
+    // A batch move that rolls the pods starts the rollout cooldown, which lasts a pod start.
+    let budget = Levers { max_num_batched_tokens: 64, ..levers(2) };
+    let mut long = observe(0.6, 0.02, 1.0, 2);
+    long.metrics.prompt_token_rate = Some(500.0);
+    let moved = decide(&rolls, &model(), &long, &budget, &History::default(), 0.0);
+    assert_eq!(moved.change.as_ref().map(|c| c.lever), Some(Lever::Batch), "{}", moved.message);
+    assert!(moved.message.contains("a rolling update"), "{}", moved.message);
+    assert_eq!(moved.history.tier_changed_at, Some(0.0));
+}
+
+#[test]
+fn without_a_profile_the_steps_are_learnt_from_the_metrics_and_then_predict() {
+    // No profile at all: each still window with sequences running adds a sample; once the
+    // batches span enough, the fit predicts (the sentence names a prediction).
+    let empty = CapacityModel::default();
+    let truth = test_step();
+    let mut history = History::default();
+    let cur = levers(2);
+    let mut last = None;
+    for (i, rate) in [1.0, 1.5, 2.0, 2.5, 3.0, 2.0, 1.2, 2.8, 1.8, 2.2].into_iter().enumerate() {
+        let mut obs = observe(0.2, 0.02, rate, 2);
+        // Running per replica from Little's law at that rate, and the output rate the truth's
+        // steps give: each running sequence gains a token per step.
+        let rows = 2.0 + 3.0 * rate;
+        let step = truth.step_seconds(rows, rate * 100.0, 0.0);
+        obs.metrics.running = Some(2.0 * rows);
+        obs.metrics.output_token_rate = Some(2.0 * rows / step);
+        let now = 30.0 * i as f64;
+        let d = decide(&spec(), &empty, &obs, &cur, &history, now);
+        history = d.history.clone();
+        last = Some(d);
+    }
+    let fit = &history.online[Tier::Native.as_str()];
+    assert!(fit.ready(), "{fit:?}");
+    let d = last.expect("decided");
+    assert!(d.message.contains("predict"), "{:?}: {}", d.reason, d.message);
+}
+
+#[test]
+fn without_a_model_replicas_go_back_only_to_a_load_one_has_carried() {
+    let empty = CapacityModel::default();
+    let cur = levers(2);
+    // Far under every target at 4 req/s on 2 replicas: a latency ratio alone would shed, but
+    // one replica has never been seen carrying 4 req/s.
+    let obs = observe(0.05, 0.005, 4.0, 2);
+    let mut history = History::default();
+    for i in 0..12 {
+        let d = decide(&spec(), &empty, &obs, &cur, &history, 15.0 * f64::from(i));
+        assert_eq!(d.levers.replicas, 2, "{}", d.message);
+        history = d.history;
+    }
+    assert!((history.carried[Tier::Native.as_str()] - 2.0).abs() < 1e-9);
+    // Once a replica has carried 4 req/s with the SLA met, the same calm sheds one.
+    history.carried.insert(Tier::Native.as_str().into(), 4.0);
+    let d = decide(&spec(), &empty, &obs, &cur, &history, 400.0);
+    assert_eq!((d.reason, d.levers.replicas), (Reason::ReplicasShed, 1), "{}", d.message);
 }
 
 #[test]

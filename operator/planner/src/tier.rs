@@ -1,6 +1,10 @@
 //! The quantization tiers of the engine's weights: the names `pacer-engine --tier`, engine
 //! profiles and the InferenceService API (`quantization.allowedTiers`) all use. The API crate
 //! re-exports this type, so there is one list of tiers.
+//!
+//! Two runtimes name their tiers apart: `pacer-engine` derives `f32`, `q8_0`, `native` and
+//! `q4_0` from one GGUF file; a vLLM deployment runs one model variant per precision class
+//! (`bf16`, `fp16`, `fp8`, `int8`, `int4`), each a model and flags the spec names.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,11 +24,40 @@ pub enum Tier {
     /// 4-bit blocks: the smallest and fastest.
     #[serde(rename = "q4_0")]
     Q4_0,
+    /// vLLM: 16-bit brain-float weights and activations (a model's usual full precision).
+    #[serde(rename = "bf16")]
+    Bf16,
+    /// vLLM: 16-bit IEEE half-precision weights and activations.
+    #[serde(rename = "fp16")]
+    Fp16,
+    /// vLLM: 8-bit floating-point weights (and activations where the GPU has FP8 units).
+    #[serde(rename = "fp8")]
+    Fp8,
+    /// vLLM: 8-bit integer weights (W8A8 or W8A16 checkpoints).
+    #[serde(rename = "int8")]
+    Int8,
+    /// vLLM: 4-bit integer weights (AWQ, GPTQ or W4A16 checkpoints).
+    #[serde(rename = "int4")]
+    Int4,
 }
 
 impl Tier {
-    /// Every tier, most precise first.
-    pub const ALL: [Tier; 4] = [Tier::F32, Tier::Q8_0, Tier::Native, Tier::Q4_0];
+    /// Every tier: `pacer-engine`'s, then vLLM's, each most precise first.
+    pub const ALL: [Tier; 9] = [
+        Tier::F32,
+        Tier::Q8_0,
+        Tier::Native,
+        Tier::Q4_0,
+        Tier::Bf16,
+        Tier::Fp16,
+        Tier::Fp8,
+        Tier::Int8,
+        Tier::Int4,
+    ];
+    /// The tiers `pacer-engine --tier` loads from one GGUF file.
+    pub const PACER: [Tier; 4] = [Tier::F32, Tier::Q8_0, Tier::Native, Tier::Q4_0];
+    /// The precision classes of vLLM model variants.
+    pub const VLLM: [Tier; 5] = [Tier::Bf16, Tier::Fp16, Tier::Fp8, Tier::Int8, Tier::Int4];
 
     /// The name `pacer-engine --tier` and the CRD use.
     pub fn as_str(self) -> &'static str {
@@ -33,6 +66,23 @@ impl Tier {
             Tier::Q8_0 => "q8_0",
             Tier::Native => "native",
             Tier::Q4_0 => "q4_0",
+            Tier::Bf16 => "bf16",
+            Tier::Fp16 => "fp16",
+            Tier::Fp8 => "fp8",
+            Tier::Int8 => "int8",
+            Tier::Int4 => "int4",
+        }
+    }
+
+    /// Bits per weight, roughly: what says whether a change of tier gains or gives up
+    /// precision (`native` counts as the 5 bits of SmolLM2's Q4_1 file).
+    pub fn bits(self) -> u32 {
+        match self {
+            Tier::F32 => 32,
+            Tier::Bf16 | Tier::Fp16 => 16,
+            Tier::Q8_0 | Tier::Fp8 | Tier::Int8 => 8,
+            Tier::Native => 5,
+            Tier::Q4_0 | Tier::Int4 => 4,
         }
     }
 
@@ -60,5 +110,13 @@ mod tests {
             assert_eq!(Tier::named(tier.as_str()), Some(tier));
         }
         assert_eq!(Tier::named("q5_k"), None);
+    }
+
+    #[test]
+    fn every_tier_belongs_to_one_runtime() {
+        for tier in Tier::ALL {
+            assert_ne!(Tier::PACER.contains(&tier), Tier::VLLM.contains(&tier), "{tier}");
+        }
+        assert_eq!(Tier::PACER.len() + Tier::VLLM.len(), Tier::ALL.len());
     }
 }

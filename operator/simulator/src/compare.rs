@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 pub enum PolicyName {
     /// Pacer's planner.
     Pacer,
+    /// Pacer's planner given no profile: it learns the step model from the metrics
+    /// (`pacer_planner::online`), as it must for a vLLM deployment nobody profiled.
+    PacerOnline,
     /// llm-d's SLO saturation law behind an HPA.
     LlmdSlo,
     /// NVIDIA Dynamo's planner (its step model fitted online).
@@ -44,6 +47,7 @@ impl std::str::FromStr for PolicyName {
     fn from_str(s: &str) -> Result<PolicyName, String> {
         match s {
             "pacer" => Ok(PolicyName::Pacer),
+            "pacer-online" => Ok(PolicyName::PacerOnline),
             "llmd-slo" => Ok(PolicyName::LlmdSlo),
             "dynamo" => Ok(PolicyName::Dynamo),
             "dynamo-v1" => Ok(PolicyName::DynamoV1),
@@ -57,7 +61,7 @@ impl std::str::FromStr for PolicyName {
                 .filter(|n: &i32| *n >= 1)
                 .map(PolicyName::Static)
                 .ok_or_else(|| {
-                    format!("`{s}`: expected pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N, hindsight, hindsight-no-lead or bound")
+                    format!("`{s}`: expected pacer, pacer-online, llmd-slo, dynamo, dynamo-v1, kpa, static:N, hindsight, hindsight-no-lead or bound")
                 }),
         }
     }
@@ -134,6 +138,7 @@ pub fn trace_for(shape: &Shape, cal: &Calibration, hours: f64, seed: u64) -> Res
 pub fn make_policy(name: &PolicyName, config: &SimConfig, cal: &Calibration) -> Option<Box<dyn Policy>> {
     Some(match name {
         PolicyName::Pacer => Box::new(Pacer::new(&config.spec, config.profiles.clone())),
+        PolicyName::PacerOnline => Box::new(Pacer::online(&config.spec)),
         PolicyName::LlmdSlo => Box::new(LlmdSlo::new(&config.spec)),
         PolicyName::Dynamo => Box::new(Dynamo::new(&config.spec)),
         PolicyName::DynamoV1 => Box::new(DynamoV1::new(&config.spec, cal.profiled.clone())),

@@ -29,6 +29,9 @@ pub struct Pod {
     pub id: usize,
     /// Index of its tier's profile.
     pub tier: usize,
+    /// The batch settings it started with, where the engines read them only at start (vLLM):
+    /// its template's; `None` where they take the live settings.
+    pub pinned: Option<Settings>,
     /// Its state.
     pub state: PodState,
     /// The engine inside.
@@ -47,6 +50,11 @@ pub struct Fleet {
     pending: VecDeque<Seq>,
     /// Pods terminated since the last call to [`Fleet::take_terminated`].
     terminated: Vec<usize>,
+    /// The batch settings of the pod template, where the engines read them only at start:
+    /// pods started with others are old and roll as a tier change does ([`Fleet::pin`]).
+    pin: Option<Settings>,
+    /// Tokens each engine's KV cache holds.
+    kv_tokens: u32,
 }
 
 /// Seconds from creating a pod whose engine has `profile` to its readiness: the container's
@@ -56,8 +64,20 @@ pub fn start_delay(container_start: f64, profile: &EngineProfile) -> f64 {
 }
 
 impl Fleet {
-    /// `replicas` ready pods of tier `tier` at time 0 (a service already running).
+    /// `replicas` ready pods of tier `tier` at time 0 (a service already running), each with
+    /// `pacer-engine`'s default KV cache.
     pub fn new(profiles: Vec<EngineProfile>, container_start: f64, replicas: i32, tier: usize) -> Fleet {
+        Fleet::with_kv(profiles, container_start, replicas, tier, super::replica::KV_CACHE_TOKENS)
+    }
+
+    /// As [`Fleet::new`], with engines whose KV cache holds `kv_tokens`.
+    pub fn with_kv(
+        profiles: Vec<EngineProfile>,
+        container_start: f64,
+        replicas: i32,
+        tier: usize,
+        kv_tokens: u32,
+    ) -> Fleet {
         let mut fleet = Fleet {
             pods: Vec::new(),
             profiles,
@@ -65,6 +85,8 @@ impl Fleet {
             next_id: 0,
             pending: VecDeque::new(),
             terminated: Vec::new(),
+            pin: None,
+            kv_tokens,
         };
         for _ in 0..replicas.max(0) {
             fleet.create(tier, PodState::Ready);
@@ -75,8 +97,8 @@ impl Fleet {
     fn create(&mut self, tier: usize, state: PodState) -> usize {
         let id = self.next_id;
         self.next_id += 1;
-        let engine = Engine::new(self.profiles[tier].step);
-        self.pods.push(Pod { id, tier, state, engine });
+        let engine = Engine::with_kv(self.profiles[tier].step, self.kv_tokens);
+        self.pods.push(Pod { id, tier, pinned: self.pin, state, engine });
         id
     }
 
@@ -121,13 +143,26 @@ impl Fleet {
         self.pods.iter().filter(|p| p.state == PodState::Ready).count() as i32
     }
 
+    /// Sets the batch settings the pod template carries (`Some` where the engines read them only
+    /// at start, as vLLM does): the next [`Fleet::reconcile`] rolls pods started with other
+    /// ones. The pods running when the fleet was made count as started with these.
+    pub fn pin(&mut self, settings: Option<Settings>) {
+        if self.pods.iter().all(|p| p.pinned.is_none()) {
+            for p in &mut self.pods {
+                p.pinned = settings;
+            }
+        }
+        self.pin = settings;
+    }
+
     /// Brings the pods toward `n` replicas of `tier`, as the Deployment controller would with
     /// maxSurge 1 and maxUnavailable 0. Returns the pods created (id, ready time).
     pub fn reconcile(&mut self, now: f64, n: i32, tier: usize) -> Vec<(usize, f64)> {
         let mut created = Vec::new();
         loop {
-            let current: Vec<&Pod> = self.active().filter(|p| p.tier == tier).collect();
-            let old: Vec<&Pod> = self.active().filter(|p| p.tier != tier).collect();
+            let pin = self.pin;
+            let current: Vec<&Pod> = self.active().filter(|p| p.tier == tier && p.pinned == pin).collect();
+            let old: Vec<&Pod> = self.active().filter(|p| p.tier != tier || p.pinned != pin).collect();
             let (cur_n, old_n) = (current.len() as i32, old.len() as i32);
             let ready_total = self.active().filter(|p| p.state == PodState::Ready).count() as i32;
             if old_n == 0 {
@@ -229,7 +264,7 @@ impl Fleet {
             .min_by_key(|p| p.engine.outstanding());
         match best {
             Some(p) => {
-                p.engine.submit(seq, now, settings);
+                p.engine.submit(seq, now, p.pinned.unwrap_or(settings));
                 Some(p.id)
             }
             None => {
@@ -242,7 +277,7 @@ impl Fleet {
     /// Advances pod `id`'s engine to `now`.
     pub fn poll(&mut self, id: usize, now: f64, settings: Settings, done: &mut Vec<Finished>) {
         if let Some(p) = self.pods.iter_mut().find(|p| p.id == id) {
-            p.engine.poll(now, settings, done);
+            p.engine.poll(now, p.pinned.unwrap_or(settings), done);
         }
     }
 
@@ -295,6 +330,30 @@ mod tests {
         assert!(f.reconcile(at, 2, 1).is_empty());
         assert_eq!(f.ready_at_tier(1), 2);
         assert_eq!(f.pods.len(), 2);
+    }
+
+    #[test]
+    fn pinned_batch_settings_roll_like_a_tier_and_each_pod_runs_its_own() {
+        let mut f = fleet();
+        let old = Settings::new(8, 0.0);
+        f.pin(Some(old));
+        assert!(f.reconcile(0.0, 2, 0).is_empty(), "the running pods carry the template");
+        let new = Settings::new(16, 0.0);
+        f.pin(Some(new));
+        let created = f.reconcile(0.0, 2, 0);
+        assert_eq!(created.len(), 1, "surge 1: one new pod at a time");
+        assert_eq!(f.ready(), 2, "no ready pod leaves first");
+        let (id, at) = created[0];
+        f.mark_ready(id, at, old);
+        let created = f.reconcile(at, 2, 0);
+        let (id2, at2) = created[0];
+        f.mark_ready(id2, at2, old);
+        assert!(f.reconcile(at2, 2, 0).is_empty());
+        assert!(f.active().all(|p| p.pinned == Some(new)));
+        // A pod runs the settings it started with, whatever the caller passes as live ones.
+        let first = f.route(Seq::new(0, at2, 10, 10), at2, old).expect("routed");
+        let pod = f.pods.iter().find(|p| p.id == first).expect("pod");
+        assert_eq!(pod.pinned, Some(new));
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct SimConfig {
     pub rate_window: f64,
     /// Seconds per scoring window.
     pub score_window: f64,
+    /// Tokens each engine's KV cache holds: `pacer-engine`'s default, or for a vLLM service
+    /// the GPU of the vLLM-like profile ([`VLLM_KV_CACHE_TOKENS`]).
+    pub kv_cache_tokens: u32,
 }
 
 impl SimConfig {
@@ -110,6 +113,10 @@ impl SimConfig {
             scrape_interval: 15.0,
             rate_window: 60.0,
             score_window: 60.0,
+            kv_cache_tokens: match isvc.engine.runtime {
+                pacer_crds::Runtime::Pacer => replica::KV_CACHE_TOKENS,
+                pacer_crds::Runtime::Vllm => VLLM_KV_CACHE_TOKENS,
+            },
         })
     }
 
@@ -135,12 +142,15 @@ pub fn read_spec(yaml: &str) -> Result<InferenceServiceSpec, SimError> {
 /// A profile with realistic step times for the test model (SmolLM2-135M) on one thread, for
 /// tests and for runs before measured profiles exist: about 12 ms per step plus 1 ms per decode
 /// row, 0.35 ms per prompt token; `q4_0` about 30 % faster than `q8_0`, `native` in between.
+///
+/// vLLM's tiers get [`vllm_profile`]'s figures.
 pub fn test_profile(tier: Tier) -> EngineProfile {
     let speed = match tier {
         Tier::F32 => 1.6,
         Tier::Q8_0 => 1.0,
         Tier::Native => 0.85,
         Tier::Q4_0 => 0.7,
+        _ => return vllm_profile(tier),
     };
     EngineProfile {
         schema: pacer_planner::profile::PROFILE_SCHEMA,
@@ -160,6 +170,56 @@ pub fn test_profile(tier: Tier) -> EngineProfile {
         quality: None,
     }
 }
+
+/// A vLLM-like profile: an 8-billion-parameter Llama (Llama-3.1-8B-Instruct) on one H100 SXM,
+/// **derived, not measured** — no GPU has run here. The figures come from the roofline of
+/// NVIDIA's datasheet (3.35 TB/s of HBM3; 989 dense BF16 and 1,979 dense FP8 tensor TFLOPS) at
+/// 70 % of the bandwidth and 50 % of the compute:
+///
+/// - a step reads every weight once: 16.1 GB in bf16/fp16 (6.9 ms), 8.0 GB in fp8/int8
+///   (3.4 ms), 4.3 GB in int4 (1.8 ms), plus 0.3 ms of launch and scheduling;
+/// - each token a step carries, decode row or prompt token, costs 2 × 8.0 G multiply-adds:
+///   32 µs in bf16 (W4A16 int4 too, whose activations stay 16-bit), 16 µs on FP8 units;
+/// - each context token a decode row attends to reads 128 KiB of bf16 KV (64 KiB in fp8):
+///   56 / 28 ns;
+/// - a pod is ready 90 s after its container starts (loading the weights from a local disk,
+///   then `torch.compile` and CUDA-graph capture), not counting the image pull.
+///
+/// The planner's logic, not vLLM's speed, is what runs on these figures: they set the scale
+/// (a replica carries tens of requests a second at a 50 ms ITL) and the slow pod start.
+pub fn vllm_profile(tier: Tier) -> EngineProfile {
+    let (weights_s, per_token_s, per_context_s) = match tier {
+        Tier::Fp8 | Tier::Int8 => (0.0034, 0.000_016, 0.000_000_028),
+        Tier::Int4 | Tier::Q4_0 => (0.0018, 0.000_032, 0.000_000_056),
+        _ => (0.0069, 0.000_032, 0.000_000_056),
+    };
+    EngineProfile {
+        schema: pacer_planner::profile::PROFILE_SCHEMA,
+        model: "meta-llama/Llama-3.1-8B-Instruct (derived)".into(),
+        tier: tier.as_str().into(),
+        threads: 1,
+        device: "NVIDIA H100 SXM, roofline estimate".into(),
+        load_seconds: 60.0,
+        warmup_seconds: 30.0,
+        step: StepModel {
+            base_s: weights_s + 0.0003,
+            per_decode_row_s: per_token_s,
+            per_prefill_token_s: per_token_s,
+            per_context_token_s: per_context_s,
+        },
+        samples: Vec::new(),
+        quality: None,
+    }
+}
+
+/// The KV cache of a vLLM replica of the vLLM-like profile: about 52 GB of an H100's 80 GB left
+/// after the weights and activations, at 128 KiB per token of Llama-3.1-8B's bf16 KV.
+pub const VLLM_KV_CACHE_TOKENS: u32 = 400_000;
+
+/// The service `pacer-operator simulate --profile builtin-vllm` runs when no spec is given: a
+/// vLLM deployment of an 8B model with a bf16 and an fp8 variant, P95 TTFT ≤ 500 ms and
+/// ITL ≤ 50 ms.
+pub const VLLM_SPEC: &str = include_str!("vllm-spec.yaml");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
@@ -233,6 +293,12 @@ fn settings(levers: &Levers, spec: &PlannerSpec) -> Settings {
     }
 }
 
+/// The settings the pod template carries where the engines read them only at start
+/// (`spec.batch_rolls`): a change of them rolls the pods.
+fn pinned(levers: &Levers, spec: &PlannerSpec) -> Option<Settings> {
+    spec.batch_rolls.then(|| settings(levers, spec))
+}
+
 /// Runs `trace` through the service under `policy`.
 pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> Result<Outcome, SimError> {
     let spec = &config.spec;
@@ -240,8 +306,14 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
         config.tier_index(l.tier).ok_or_else(|| SimError::Input(format!("no profile for tier {}", l.tier)))
     };
     let mut levers = config.initial;
-    let mut fleet =
-        Fleet::new(config.profiles.clone(), config.container_start, levers.replicas, tier_of(&levers)?);
+    let mut fleet = Fleet::with_kv(
+        config.profiles.clone(),
+        config.container_start,
+        levers.replicas,
+        tier_of(&levers)?,
+        config.kv_cache_tokens,
+    );
+    fleet.pin(pinned(&levers, spec));
     let retention = spec.window.max(config.rate_window) + 4.0 * config.scrape_interval;
     let mut prom = Prometheus::new(retention);
     let mut clock = Clock { heap: BinaryHeap::new(), seq: 0, engine_at: HashMap::new() };
@@ -334,7 +406,8 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                         (next.max_batch_size, next.batch_wait_ms, next.max_num_batched_tokens)
                             != (levers.max_batch_size, levers.batch_wait_ms, levers.max_num_batched_tokens);
                     levers = next;
-                    if batch_changed {
+                    fleet.pin(pinned(&levers, spec));
+                    if batch_changed && !spec.batch_rolls {
                         // Live settings reach every engine now (the engines watch their file).
                         let ids: Vec<usize> = fleet.pods.iter().map(|p| p.id).collect();
                         for id in ids {

@@ -14,6 +14,7 @@ pub const OBSERVE_EVERY: f64 = 15.0;
 /// `planner::decide` with a history carried between ticks.
 #[derive(Debug, Clone)]
 pub struct Pacer {
+    name: &'static str,
     spec: PlannerSpec,
     model: CapacityModel,
     history: History,
@@ -24,17 +25,23 @@ impl Pacer {
     /// For `spec`, with one profile per tier.
     pub fn new(spec: &PlannerSpec, profiles: Vec<EngineProfile>) -> Pacer {
         Pacer {
+            name: "pacer",
             spec: spec.clone(),
             model: CapacityModel::new(profiles),
             history: History::default(),
             last_reason: "SLAMet".into(),
         }
     }
+
+    /// For `spec`, with no profile: the planner learns each tier's steps from the metrics.
+    pub fn online(spec: &PlannerSpec) -> Pacer {
+        Pacer { name: "pacer-online", ..Pacer::new(spec, Vec::new()) }
+    }
 }
 
 impl Policy for Pacer {
     fn name(&self) -> String {
-        "pacer".into()
+        self.name.into()
     }
     fn interval(&self) -> f64 {
         self.spec.evaluation_interval.min(OBSERVE_EVERY)

@@ -151,6 +151,8 @@ pub struct Engine {
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
     kv_free: u32,
+    /// Tokens its KV cache holds.
+    kv_tokens: u32,
     /// The step in flight: when it ends, what it carries, and its record.
     in_step: Option<(f64, Vec<Planned>, StepRecord)>,
     /// The last finished step and how many steps have finished.
@@ -164,13 +166,19 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An idle engine whose steps take what `step` says.
+    /// An idle engine whose steps take what `step` says, with `pacer-engine`'s default KV cache.
     pub fn new(step: StepModel) -> Engine {
+        Engine::with_kv(step, KV_CACHE_TOKENS)
+    }
+
+    /// An idle engine whose steps take what `step` says and whose KV cache holds `kv_tokens`.
+    pub fn with_kv(step: StepModel, kv_tokens: u32) -> Engine {
         Engine {
             step,
             waiting: VecDeque::new(),
             running: Vec::new(),
-            kv_free: KV_CACHE_TOKENS,
+            kv_free: kv_tokens,
+            kv_tokens,
             in_step: None,
             last_step: (StepRecord::default(), 0),
             wake: None,
@@ -218,7 +226,7 @@ impl Engine {
 
     /// `vllm:kv_cache_usage_perc`.
     pub fn kv_usage(&self) -> f64 {
-        1.0 - f64::from(self.kv_free) / f64::from(KV_CACHE_TOKENS)
+        1.0 - f64::from(self.kv_free) / f64::from(self.kv_tokens.max(1))
     }
 
     /// When this engine next needs the clock: its step's end or its batch-wait deadline.
@@ -345,7 +353,7 @@ impl Engine {
             let Some(front) = self.waiting.front() else { break };
             let budget = front.kv_budget();
             if budget > self.kv_free {
-                if self.running.is_empty() && budget > KV_CACHE_TOKENS {
+                if self.running.is_empty() && budget > self.kv_tokens {
                     // It would never fit: fail it rather than block the queue forever.
                     self.waiting.pop_front();
                     self.failed += 1;

@@ -5,7 +5,8 @@
 //! Built from typed structs, so a misspelt field is a compile error rather than a dropped key.
 //! The batch settings are not in the pod template: they reach the engines only through the
 //! settings ConfigMap, which the engine reads at start and re-reads live, so moving the batch
-//! lever restarts no pod.
+//! lever restarts no pod. With `engine.runtime: vllm` the container is vLLM's ([`super::vllm`]);
+//! the Deployment around it is the same.
 
 use super::{Levers, SETTINGS_FILE, TIER_LABEL, child_meta, labels, selector_labels, settings_name};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
@@ -19,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use pacer_crds::{EngineSpec, InferenceService, ModelSource};
+use pacer_crds::{EngineSpec, InferenceService, ModelSource, Runtime};
 use std::collections::BTreeMap;
 
 /// The engine container's name.
@@ -40,7 +41,7 @@ pub const PRE_STOP_SLEEP_SECONDS: i64 = 5;
 /// the process to flush and exit. Derived here so the three never disagree.
 pub const TERMINATION_GRACE_SECONDS: i64 = PRE_STOP_SLEEP_SECONDS + DRAIN_SECONDS + 10;
 /// Where the model volume is mounted.
-const MODEL_DIR: &str = "/models";
+pub(super) const MODEL_DIR: &str = "/models";
 /// The file name a downloaded model gets.
 const DOWNLOADED_MODEL: &str = "model.gguf";
 /// The image of the init container that downloads a model from a URL (curl + sha256sum).
@@ -61,8 +62,71 @@ pub fn engine_device(engine: &EngineSpec) -> String {
 /// The extended resource NVIDIA's device plugin advertises.
 const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
-/// The Deployment of engine pods for `isvc` at `levers`.
+/// A runtime's engine pod: its container, init containers and volumes, and the pod-level
+/// security context; [`deployment`] adds what every engine pod shares.
+pub(super) struct EnginePod {
+    /// The engine container.
+    pub container: Container,
+    /// Init containers (the model download).
+    pub init_containers: Vec<Container>,
+    /// The pod's volumes.
+    pub volumes: Vec<Volume>,
+    /// The pod's security context.
+    pub security: PodSecurityContext,
+}
+
+/// The Deployment of engine pods for `isvc` at `levers`: `pacer-engine` pods, or vLLM's
+/// ([`super::vllm`]) with `engine.runtime: vllm`.
 pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
+    let engine = &isvc.spec.engine;
+    let pod = match engine.runtime {
+        Runtime::Pacer => pacer_pod(isvc, levers),
+        Runtime::Vllm => super::vllm::pod(isvc, levers),
+    };
+    let mut pod_labels = labels(isvc);
+    pod_labels.insert(TIER_LABEL.to_string(), levers.tier.to_string());
+    let pod_spec = PodSpec {
+        containers: vec![pod.container],
+        init_containers: non_empty(pod.init_containers),
+        volumes: Some(pod.volumes),
+        node_selector: non_empty_map(engine.node_selector.clone()),
+        tolerations: non_empty(engine.tolerations.clone()),
+        image_pull_secrets: non_empty(engine.image_pull_secrets.clone()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+        security_context: Some(pod.security),
+        ..PodSpec::default()
+    };
+    Deployment {
+        metadata: child_meta(isvc, isvc.name_any()),
+        spec: Some(DeploymentSpec {
+            replicas: Some(levers.replicas),
+            selector: LabelSelector { match_labels: Some(selector_labels(isvc)), ..LabelSelector::default() },
+            // A new template (another tier; for vLLM, also other batch settings) surges one
+            // pod at a time and never removes a ready one first, so capacity does not drop
+            // during a rollout.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            progress_deadline_seconds: Some(600),
+            revision_history_limit: Some(5),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..ObjectMeta::default() }),
+                spec: Some(pod_spec),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The `pacer-engine serve` pod.
+fn pacer_pod(isvc: &InferenceService, levers: &Levers) -> EnginePod {
     let spec = &isvc.spec;
     let engine = &spec.engine;
     let (model_volume, model_path, init_containers) = model_volume(isvc);
@@ -87,46 +151,19 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
     }
     args.extend(engine.args.iter().cloned());
 
-    let mut pod_labels = labels(isvc);
-    pod_labels.insert(TIER_LABEL.to_string(), levers.tier.to_string());
-    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
-    };
     let container = Container {
         name: ENGINE_CONTAINER.into(),
-        image: Some(engine.image.clone()),
+        image: Some(engine.image().to_string()),
         image_pull_policy: engine.image_pull_policy.map(|p| p.as_str().to_string()),
         args: Some(args),
-        ports: Some(vec![
-            ContainerPort {
-                name: Some("http".into()),
-                container_port: HTTP_PORT,
-                protocol: Some("TCP".into()),
-                ..ContainerPort::default()
-            },
-            ContainerPort {
-                name: Some(PROBE_PORT_NAME.into()),
-                container_port: PROBE_PORT,
-                protocol: Some("TCP".into()),
-                ..ContainerPort::default()
-            },
-        ]),
+        ports: Some(vec![container_port("http", HTTP_PORT), container_port(PROBE_PORT_NAME, PROBE_PORT)]),
         env: non_empty(engine.env.clone()),
         resources: Some(engine.resources.clone()),
         // Loading and warming the model can take a while on small CPUs; liveness starts after.
-        startup_probe: Some(probe("/health", 2, 150)),
-        liveness_probe: Some(probe("/health", 10, 3)),
-        readiness_probe: Some(probe("/ready", 2, 2)),
-        lifecycle: Some(Lifecycle {
-            pre_stop: Some(LifecycleHandler {
-                sleep: Some(SleepAction { seconds: PRE_STOP_SLEEP_SECONDS }),
-                ..LifecycleHandler::default()
-            }),
-            ..Lifecycle::default()
-        }),
+        startup_probe: Some(probe("/health", PROBE_PORT_NAME, 2, 150)),
+        liveness_probe: Some(probe("/health", PROBE_PORT_NAME, 10, 3)),
+        readiness_probe: Some(probe("/ready", PROBE_PORT_NAME, 2, 2)),
+        lifecycle: Some(pre_stop_sleep()),
         security_context: Some(container_security_context()),
         volume_mounts: Some(vec![
             mount("settings", parent_dir(SETTINGS_FILE), true),
@@ -135,68 +172,69 @@ pub fn deployment(isvc: &InferenceService, levers: &Levers) -> Deployment {
         ]),
         ..Container::default()
     };
-
-    let pod_spec = PodSpec {
-        containers: vec![container],
-        init_containers: non_empty(init_containers),
-        volumes: Some(vec![
-            Volume {
-                name: "settings".into(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: settings_name(isvc),
-                    ..ConfigMapVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-            model_volume,
-            Volume {
-                name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    size_limit: Some(Quantity("64Mi".into())),
-                    ..EmptyDirVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-        ]),
-        node_selector: non_empty_map(engine.node_selector.clone()),
-        tolerations: non_empty(engine.tolerations.clone()),
-        image_pull_secrets: non_empty(engine.image_pull_secrets.clone()),
-        automount_service_account_token: Some(false),
-        enable_service_links: Some(false),
-        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(RUN_AS),
-            run_as_group: Some(RUN_AS),
-            fs_group: Some(RUN_AS),
-            seccomp_profile: Some(runtime_default_seccomp()),
-            ..PodSecurityContext::default()
-        }),
-        ..PodSpec::default()
-    };
-    Deployment {
-        metadata: child_meta(isvc, isvc.name_any()),
-        spec: Some(DeploymentSpec {
-            replicas: Some(levers.replicas),
-            selector: LabelSelector { match_labels: Some(selector_labels(isvc)), ..LabelSelector::default() },
-            // A new tier template surges one pod at a time and never removes a ready one first,
-            // so capacity does not drop during a rollout.
-            strategy: Some(DeploymentStrategy {
-                type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::Int(1)),
-                    max_unavailable: Some(IntOrString::Int(0)),
-                }),
+    let volumes = vec![
+        Volume {
+            name: "settings".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: settings_name(isvc),
+                ..ConfigMapVolumeSource::default()
             }),
-            progress_deadline_seconds: Some(600),
-            revision_history_limit: Some(5),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(pod_labels), ..ObjectMeta::default() }),
-                spec: Some(pod_spec),
-            },
-            ..DeploymentSpec::default()
+            ..Volume::default()
+        },
+        model_volume,
+        empty_dir("tmp", Some("64Mi"), None),
+    ];
+    let security = PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        fs_group: Some(RUN_AS),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..PodSecurityContext::default()
+    };
+    EnginePod { container, init_containers, volumes, security }
+}
+
+/// A named TCP container port.
+pub(super) fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    }
+}
+
+/// A volume mount.
+pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// An emptyDir volume, optionally size-limited and in memory.
+pub(super) fn empty_dir(name: &str, size_limit: Option<&str>, medium: Option<&str>) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: size_limit.map(|s| Quantity(s.into())),
+            medium: medium.map(Into::into),
         }),
-        status: None,
+        ..Volume::default()
+    }
+}
+
+/// The preStop sleep that lets load balancers stop sending before the drain.
+pub(super) fn pre_stop_sleep() -> Lifecycle {
+    Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            sleep: Some(SleepAction { seconds: PRE_STOP_SLEEP_SECONDS }),
+            ..LifecycleHandler::default()
+        }),
+        ..Lifecycle::default()
     }
 }
 
@@ -205,11 +243,12 @@ pub fn served_name(isvc: &InferenceService) -> String {
     isvc.spec.model.served_name.clone().unwrap_or_else(|| isvc.name_any())
 }
 
-fn probe(path: &str, period: i32, failures: i32) -> Probe {
+/// An HTTP GET probe of `path` on the named port.
+pub(super) fn probe(path: &str, port: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
-            port: IntOrString::String(PROBE_PORT_NAME.into()),
+            port: IntOrString::String(port.into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -219,7 +258,7 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
 }
 
 /// `None` for an empty list: server-side apply would otherwise claim ownership of it.
-fn non_empty<T>(items: Vec<T>) -> Option<Vec<T>> {
+pub(super) fn non_empty<T>(items: Vec<T>) -> Option<Vec<T>> {
     (!items.is_empty()).then_some(items)
 }
 
@@ -227,40 +266,43 @@ fn non_empty_map(map: BTreeMap<String, String>) -> Option<BTreeMap<String, Strin
     (!map.is_empty()).then_some(map)
 }
 
-fn model_volume_named(source: Volume) -> Volume {
-    Volume { name: "model".into(), ..source }
-}
-
-/// The model volume, the path of the GGUF file inside the container, and any init containers.
-fn model_volume(isvc: &InferenceService) -> (Volume, String, Vec<Container>) {
-    let ModelSource { pvc, image, url } = &isvc.spec.model.source;
-    let empty_dir = || {
-        model_volume_named(Volume { empty_dir: Some(EmptyDirVolumeSource::default()), ..Volume::default() })
-    };
-    if let Some(pvc) = pvc {
-        let volume = model_volume_named(Volume {
+/// The volume of a `pvc` or `image` model source, named `model`, and the path inside it the
+/// spec gives; `None` for a URL source or none.
+pub(super) fn source_volume(source: &ModelSource) -> Option<(Volume, &str)> {
+    let named = |v: Volume| Volume { name: "model".into(), ..v };
+    if let Some(pvc) = &source.pvc {
+        let volume = named(Volume {
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                 claim_name: pvc.claim_name.clone(),
                 read_only: Some(true),
             }),
             ..Volume::default()
         });
-        return (volume, format!("{MODEL_DIR}/{}", pvc.path), Vec::new());
+        return Some((volume, &pvc.path));
     }
-    if let Some(image) = image {
-        let volume = model_volume_named(Volume {
-            image: Some(ImageVolumeSource {
-                reference: Some(image.reference.clone()),
-                pull_policy: image.pull_policy.map(|p| p.as_str().to_string()),
-            }),
-            ..Volume::default()
-        });
-        return (volume, format!("{MODEL_DIR}/{}", image.path), Vec::new());
+    let image = source.image.as_ref()?;
+    let volume = named(Volume {
+        image: Some(ImageVolumeSource {
+            reference: Some(image.reference.clone()),
+            pull_policy: image.pull_policy.map(|p| p.as_str().to_string()),
+        }),
+        ..Volume::default()
+    });
+    Some((volume, &image.path))
+}
+
+/// The model volume, the path of the GGUF file inside the container, and any init containers.
+fn model_volume(isvc: &InferenceService) -> (Volume, String, Vec<Container>) {
+    let none = ModelSource::default();
+    let source = isvc.spec.model.source.as_ref().unwrap_or(&none);
+    if let Some((volume, path)) = source_volume(source) {
+        return (volume, format!("{MODEL_DIR}/{path}"), Vec::new());
     }
-    let Some(url) = url else {
+    let scratch = || empty_dir("model", None, None);
+    let Some(url) = &source.url else {
         // The CEL rule guarantees exactly one source; an emptyDir keeps the pod well-formed and
         // the engine reports the missing file clearly should an old CRD have let this through.
-        return (empty_dir(), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), Vec::new());
+        return (scratch(), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), Vec::new());
     };
     // Download once per pod into an emptyDir, verify, then rename: a partial or corrupt file
     // never reaches the engine, and a restarted init container resumes from scratch.
@@ -293,14 +335,14 @@ fn model_volume(isvc: &InferenceService) -> (Volume, String, Vec<Container>) {
         }),
         ..Container::default()
     };
-    (empty_dir(), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), vec![init])
+    (scratch(), format!("{MODEL_DIR}/{DOWNLOADED_MODEL}"), vec![init])
 }
 
-fn runtime_default_seccomp() -> SeccompProfile {
+pub(super) fn runtime_default_seccomp() -> SeccompProfile {
     SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }
 }
 
-fn container_security_context() -> SecurityContext {
+pub(super) fn container_security_context() -> SecurityContext {
     SecurityContext {
         run_as_non_root: Some(true),
         read_only_root_filesystem: Some(true),
@@ -407,10 +449,10 @@ mod tests {
     #[test]
     fn a_url_model_is_downloaded_and_verified_by_an_init_container() {
         let mut isvc = fixtures::isvc();
-        isvc.spec.model.source = ModelSource {
+        isvc.spec.model.source = Some(ModelSource {
             url: Some(UrlSource { url: "https://example.com/m.gguf".into(), sha256: "ab".repeat(32) }),
             ..ModelSource::default()
-        };
+        });
         let pod = deployment(&isvc, &levers()).spec.and_then(|s| s.template.spec).expect("pod");
         let init = &pod.init_containers.expect("init containers")[0];
         let script = &init.command.as_ref().expect("command")[2];

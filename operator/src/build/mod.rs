@@ -1,10 +1,12 @@
 //! Pure builders: an `InferenceService` plus the lever values to run at → the desired child
 //! objects (Deployment, Service, ConfigMap, PodDisruptionBudget, PodMonitor). No IO; every
 //! object carries the owner reference that lets Kubernetes garbage-collect it with its parent.
+//! The engine container is `pacer-engine`'s or, with `engine.runtime: vllm`, vLLM's.
 
 mod configmap;
 mod deployment;
 mod monitoring;
+mod vllm;
 
 pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, max_step_ms, settings_json};
 pub use deployment::{
@@ -12,6 +14,7 @@ pub use deployment::{
     TERMINATION_GRACE_SECONDS, deployment,
 };
 pub use monitoring::{PodMonitor, PodMonitorSpec, pdb, pod_monitor, service};
+pub use vllm::VLLM_PORT_NAME;
 
 pub use crate::planner::Levers;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -159,7 +162,38 @@ pub(crate) mod fixtures {
             "quantization": {"allowedTiers": ["native", "q4_0"], "allowDegrade": true},
         }))
         .expect("fixture spec");
-        let mut isvc = InferenceService::new("smol", spec);
+        read_from_api("smol", spec)
+    }
+
+    /// `qwen` in namespace `ml`: a vLLM deployment with a bf16 and an fp8 variant on one GPU.
+    pub fn vllm() -> InferenceService {
+        let spec: InferenceServiceSpec = serde_json::from_value(serde_json::json!({
+            "model": {},
+            "engine": {
+                "runtime": "vllm",
+                "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "32Gi"}},
+            },
+            "sla": {"ttftMs": 500, "itlMs": 50},
+            "replicas": {"min": 1, "max": 4},
+            "batching": {
+                "maxBatchSize": {"min": 16, "max": 256, "initial": 64},
+                "maxNumBatchedTokens": {"min": 512, "max": 8192, "initial": 2048},
+            },
+            "quantization": {
+                "allowedTiers": ["bf16", "fp8"],
+                "allowDegrade": true,
+                "variants": [
+                    {"tier": "bf16", "model": "Qwen/Qwen2.5-7B-Instruct"},
+                    {"tier": "fp8", "model": "Qwen/Qwen2.5-7B-Instruct-FP8-dynamic", "args": ["--kv-cache-dtype=fp8"]},
+                ],
+            },
+        }))
+        .expect("fixture spec");
+        read_from_api("qwen", spec)
+    }
+
+    fn read_from_api(name: &str, spec: InferenceServiceSpec) -> InferenceService {
+        let mut isvc = InferenceService::new(name, spec);
         isvc.metadata.namespace = Some("ml".into());
         isvc.metadata.uid = Some("0b8a1c8e-0000-4000-8000-000000000001".into());
         isvc.metadata.generation = Some(1);

@@ -117,9 +117,15 @@ pub fn pod_monitor(isvc: &InferenceService) -> PodMonitor {
         PodMonitorSpec {
             selector: LabelSelector { match_labels: Some(selector_labels(isvc)), ..LabelSelector::default() },
             pod_metrics_endpoints: vec![PodMetricsEndpoint {
-                // The probe port: its own connection limit keeps scrapes going under a flood of
-                // API connections.
-                port: Some(super::PROBE_PORT_NAME.into()),
+                // pacer-engine's probe port: its own connection limit keeps scrapes going under a
+                // flood of API connections. vLLM serves its metrics on the API port.
+                port: Some(
+                    match isvc.spec.engine.runtime {
+                        pacer_crds::Runtime::Pacer => super::PROBE_PORT_NAME,
+                        pacer_crds::Runtime::Vllm => super::VLLM_PORT_NAME,
+                    }
+                    .into(),
+                ),
                 path: Some("/metrics".into()),
                 interval: Some("15s".into()),
                 relabelings: vec![
@@ -160,6 +166,11 @@ mod tests {
         );
         assert_eq!(relabel["targetLabel"], "inferenceservice");
         assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], "probes", "scraped on the probe port");
+        let vllm = serde_json::to_value(pod_monitor(&fixtures::vllm())).expect("json");
+        assert_eq!(
+            vllm["spec"]["podMetricsEndpoints"][0]["port"], "http",
+            "vLLM's metrics are on its API port"
+        );
         let job = &pm["spec"]["podMetricsEndpoints"][0]["relabelings"][3];
         assert_eq!((&job["targetLabel"], &job["replacement"]), (&"job".into(), &"pacer-engines".into()));
         assert_eq!(

@@ -9,18 +9,21 @@ use std::path::{Path, PathBuf};
 #[derive(Args, Debug)]
 pub struct SimulateArgs {
     /// Engine profile (`pacer-engine profile` JSON), once per tier; `builtin` for the built-in
-    /// test profiles of q8_0 and q4_0.
+    /// test profiles of q8_0 and q4_0; `builtin-vllm` for the derived vLLM-like profiles of
+    /// bf16 and fp8 (and, without --spec, a vLLM service to run them).
     #[arg(long, env = "PACER_SIM_PROFILE", value_delimiter = ',', default_value = "builtin")]
     profile: Vec<String>,
     /// Trace: steady, step, ramp, diurnal, bursty, flash-crowd, llmd-bench, chat-sessions, rag-mix or
     /// replay:FILE.jsonl.
     #[arg(long, env = "PACER_SIM_TRACE", default_value = "step")]
     trace: String,
-    /// Policy: pacer, llmd-slo, dynamo, dynamo-v1, kpa, static:N, bound, or the references
+    /// Policy: pacer, pacer-online (no profile: it learns the steps from the metrics),
+    /// llmd-slo, dynamo, dynamo-v1, kpa, static:N, bound, or the references
     /// hindsight and hindsight-no-lead (the per-window need, known in advance).
     #[arg(long, env = "PACER_SIM_POLICY", default_value = "pacer")]
     policy: String,
     /// InferenceService YAML whose SLA, ranges and policy to simulate [default: a built-in one].
+    /// With `engine.runtime: vllm` a batch change rolls the pods.
     #[arg(long, env = "PACER_SIM_SPEC")]
     spec: Option<PathBuf>,
     /// Hours of simulated time.
@@ -81,13 +84,17 @@ pub fn simulate(args: SimulateArgs) -> Result<()> {
         compare: all,
         out,
     } = args;
+    let vllm = profile == ["builtin-vllm"];
     let profiles = if profile == ["builtin"] {
         vec![sim::test_profile(pacer_crds::Tier::Q8_0), sim::test_profile(pacer_crds::Tier::Q4_0)]
+    } else if vllm {
+        vec![sim::vllm_profile(pacer_crds::Tier::Bf16), sim::vllm_profile(pacer_crds::Tier::Fp8)]
     } else {
         profile.iter().map(|p| super::read_profile(Path::new(p))).collect::<Result<_, _>>()?
     };
     let yaml = match &spec {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        None if vllm => sim::VLLM_SPEC.to_string(),
         None => sim::DEFAULT_SPEC.to_string(),
     };
     let mut config = sim::SimConfig::new(&sim::read_spec(&yaml)?, profiles)?;

@@ -146,6 +146,12 @@ pub fn load_config(path: &Path) -> Result<InferenceService, LocalError> {
     }
     let mut isvc = checked.service;
     crate::build::validate(&isvc).map_err(|e| invalid(e.to_string()))?;
+    if isvc.spec.engine.runtime != pacer_crds::Runtime::Pacer {
+        return Err(invalid(format!(
+            "engine.runtime {} runs in a cluster only: local mode starts pacer-engine processes (set engine.runtime pacer, or leave it out)",
+            isvc.spec.engine.runtime
+        )));
+    }
     isvc.metadata.namespace.get_or_insert_with(|| "default".into());
     Ok(isvc)
 }

@@ -34,6 +34,25 @@ pub fn invalid_doc(name: &str, case: &InvalidCase) -> Value {
     doc
 }
 
+/// A merge patch that makes `isvc_doc` a vLLM deployment of two variants on one GPU, with
+/// `patch` merged into it.
+pub fn vllm(patch: Value) -> Value {
+    let mut doc = json!({"spec": {
+        "model": {"source": null},
+        "engine": {"runtime": "vllm", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        "quantization": {
+            "allowedTiers": ["bf16", "fp8"],
+            "allowDegrade": true,
+            "variants": [
+                {"tier": "bf16", "model": "Qwen/Qwen2.5-7B-Instruct"},
+                {"tier": "fp8", "model": "Qwen/Qwen2.5-7B-Instruct-FP8-dynamic", "args": ["--kv-cache-dtype=fp8"]},
+            ],
+        },
+    }});
+    merge(&mut doc, &patch);
+    doc
+}
+
 fn case(what: &'static str, patch: Value, want: &'static str) -> InvalidCase {
     InvalidCase { what, patch, want }
 }
@@ -191,6 +210,94 @@ pub fn invalid_cases() -> Vec<InvalidCase> {
             "metadata.name must be at most 52 lowercase letters",
         ),
         case("name with capitals", json!({"metadata": {"name": "Smol"}}), "metadata.name"),
+        case(
+            "a vLLM tier with runtime pacer",
+            json!({"spec": {"quantization": {"allowedTiers": ["fp8"]}}}),
+            "quantization.allowedTiers of pacer-engine are f32, q8_0, native or q4_0",
+        ),
+        case(
+            "a pacer-engine tier with runtime vllm",
+            vllm(json!({"spec": {"quantization": {"allowedTiers": ["bf16", "q4_0"]}}})),
+            "with engine.runtime vllm, quantization.allowedTiers are vLLM precisions",
+        ),
+        case(
+            "a vLLM tier without its variant",
+            vllm(json!({"spec": {"quantization": {"allowedTiers": ["bf16", "fp8", "int4"]}}})),
+            "needs a quantization.variants entry naming the model that runs it",
+        ),
+        case(
+            "variants with runtime pacer",
+            json!({"spec": {"quantization": {"variants": [{"tier": "bf16", "model": "Qwen/Qwen2.5-7B-Instruct"}]}}}),
+            "quantization.variants name vLLM models: set engine.runtime vllm",
+        ),
+        case(
+            "two variants of one tier",
+            vllm(json!({"spec": {"quantization": {"variants": [
+                {"tier": "bf16", "model": "a/b"}, {"tier": "bf16", "model": "c/d"}, {"tier": "fp8", "model": "e/f"},
+            ]}}})),
+            "Duplicate value",
+        ),
+        case(
+            "a variant of a pacer-engine tier",
+            vllm(json!({"spec": {"quantization": {"variants": [
+                {"tier": "bf16", "model": "a/b"}, {"tier": "fp8", "model": "e/f"}, {"tier": "q8_0", "model": "g/h"},
+            ]}}})),
+            "Unsupported value: \"q8_0\"",
+        ),
+        case(
+            "a variant model with whitespace",
+            vllm(json!({"spec": {"quantization": {"variants": [
+                {"tier": "bf16", "model": "Qwen/Qwen2.5 7B"}, {"tier": "fp8", "model": "e/f"},
+            ]}}})),
+            "quantization.variants[].model must be a model id or path without whitespace",
+        ),
+        case(
+            "a variant setting a flag Pacer owns",
+            vllm(json!({"spec": {"quantization": {"variants": [
+                {"tier": "bf16", "model": "a/b", "args": ["--max-num-seqs=512"]}, {"tier": "fp8", "model": "e/f"},
+            ]}}})),
+            "quantization.variants[].args must not set the flags Pacer owns",
+        ),
+        case(
+            "vLLM's batch flag in engine.args",
+            vllm(json!({"spec": {"engine": {"args": ["--max-num-seqs", "512"]}}})),
+            "engine.args must not set the flags Pacer owns",
+        ),
+        case(
+            "runtime pacer without a model source",
+            json!({"spec": {"model": {"source": null}}}),
+            "model.source is required with engine.runtime pacer",
+        ),
+        case(
+            "a GGUF URL for vLLM",
+            vllm(json!({"spec": {"model": {"source": {"url": {
+                "url": "https://models.example.com/smol.gguf",
+                "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            }}}}})),
+            "model.source.url downloads one GGUF file for pacer-engine",
+        ),
+        case(
+            "vLLM without a GPU",
+            vllm(
+                json!({"spec": {"engine": {"resources": {"limits": {"nvidia.com/gpu": null, "memory": "8Gi"}}}}}),
+            ),
+            "engine.runtime vllm runs vLLM's CUDA image: set engine.resources.limits[\"nvidia.com/gpu\"]",
+        ),
+        case(
+            "pacer-engine's threads with vLLM",
+            vllm(json!({"spec": {"engine": {"threads": 4}}})),
+            "engine.device and engine.threads are pacer-engine settings",
+        ),
+        case(
+            "pacer-engine's ITL budget with vLLM",
+            vllm(json!({"spec": {"batching": {"maxStepMs": 50}}})),
+            "batching.maxStepMs is pacer-engine's ITL budget and vLLM has none",
+        ),
+        case(
+            "an unknown runtime",
+            json!({"spec": {"engine": {"runtime": "tgi"}}}),
+            "Unsupported value: \"tgi\"",
+        ),
         case(
             "two rule violations",
             json!({"spec": {"replicas": {"min": 3, "max": 2}, "sla": {"e2eMs": 100, "window": "10s"}}}),

@@ -17,7 +17,7 @@ pub fn lever_changes(from: &Levers, to: &Levers) -> Vec<Change> {
     }
     if from.tier != to.tier {
         // Here "up" means towards f32.
-        let up = tier_precision(to.tier) > tier_precision(from.tier);
+        let up = to.tier.bits() > from.tier.bits();
         out.push(Change {
             lever: Lever::Tier,
             direction: direction(up),
@@ -38,14 +38,4 @@ pub fn lever_changes(from: &Levers, to: &Levers) -> Vec<Change> {
         });
     }
     out
-}
-
-/// Bits of weight precision, for the direction of a tier change.
-fn tier_precision(tier: crate::Tier) -> u32 {
-    match tier {
-        crate::Tier::F32 => 32,
-        crate::Tier::Q8_0 => 8,
-        crate::Tier::Native => 5,
-        crate::Tier::Q4_0 => 4,
-    }
 }

@@ -180,6 +180,29 @@ impl Tick<'_> {
             );
         }
         if cur.replicas > s.min_replicas {
+            // A latency far under its target says little of the load a replica fewer would
+            // see (on a GPU the curve is flat until the queue builds): shed only while the
+            // rest would each carry no more than a replica has been seen carrying.
+            let peak = history
+                .recent_rates
+                .iter()
+                .map(|(_, r)| *r)
+                .chain(self.obs.metrics.request_rate)
+                .fold(0.0, f64::max);
+            let each = peak / f64::from(cur.replicas - 1);
+            let seen = history.carried.get(cur.tier.as_str()).copied().unwrap_or(0.0);
+            if each > seen * (1.0 + 1e-9) {
+                return self.finish(
+                    history,
+                    cur,
+                    Reason::SlaMet,
+                    format!(
+                        "the SLA holds with headroom, but {} replicas would each carry {each:.2} req/s, more than one has been seen carrying ({seen:.2})",
+                        cur.replicas - 1
+                    ),
+                    sla,
+                );
+            }
             history.headroom_since = Some(self.now);
             let next = cur.replicas - 1;
             return self.finish(

@@ -22,7 +22,11 @@
 //!    the model is wrong here, so after the scale-up stabilization its correction is raised to
 //!    what was observed and one replica more is added at least.
 //!
-//! Guards: a tier rollout's cooldown; bounds; Advisory mode only recommends; a scale-up's
+//! Where the engines read their batch settings only at start (vLLM), a batch move is a rollout
+//! like a tier's: charged its cost in the search, never a warm-up cover, never made with a
+//! scale-up, and followed by the same cooldown.
+//!
+//! Guards: a rollout's cooldown; bounds; Advisory mode only recommends; a scale-up's
 //! starting replicas count as capacity (the levers hold the desired count).
 
 mod changes;
@@ -128,6 +132,13 @@ pub fn decide(
     }
     let growth = signals::in_flight_growth(observation, &history);
     note(observation, &mut history);
+    // A tier no profile covers: learn its steps from this window, and predict with the fit
+    // once it is ready.
+    let learnt = tick.learn_steps(&mut history).then(|| model.with_online(&history.online));
+    let tick = match &learnt {
+        Some(m) => Tick { model: m, spec, obs: observation, current: tick.current, now },
+        None => tick,
+    };
 
     let m = &observation.metrics;
     let ratio = |q: &Quantile, target: Option<f64>| Some(q.seconds()? / target?);
@@ -154,6 +165,9 @@ pub fn decide(
     }
     tick.learn(&mut history);
     signals::remember(observation, &mut history, spec.scale_down_stabilization, now);
+    if sla == SlaState::Met {
+        signals::carried(observation, tick.current, &mut history);
+    }
 
     match tick.plan(&history, growth) {
         Some(plan) => tick.act(&mut history, &plan, verdict, sla),
@@ -267,6 +281,26 @@ impl Tick<'_> {
         Some(Plan { forecast, shape, up, down, current_capacity, need_up, need_down })
     }
 
+    /// Adds this window's mean step to the online fit of the current tier when no profile covers
+    /// it, every replica is ready and no rollout is under way (the window would mix two tiers).
+    /// Returns whether the model needs the online fits (some allowed tier has no profile).
+    fn learn_steps(&self, history: &mut History) -> bool {
+        let unprofiled = |t: &crate::Tier| self.model.step(*t).is_none();
+        if !self.spec.tiers.iter().any(unprofiled) && !unprofiled(&self.current.tier) {
+            return false;
+        }
+        let ready = self.obs.ready_replicas >= self.current.replicas;
+        if unprofiled(&self.current.tier)
+            && ready
+            && !self.in_cooldown(history)
+            && let Some(sample) =
+                crate::online::StepSample::from_metrics(&self.obs.metrics, self.current.replicas)
+        {
+            history.online.entry(self.current.tier.as_str().to_string()).or_default().add(sample);
+        }
+        true
+    }
+
     /// Updates the correction of the current configuration from this observation, when the
     /// levers have been still for a whole window (else the window mixes two configurations).
     fn learn(&self, history: &mut History) {
@@ -302,13 +336,16 @@ impl Tick<'_> {
     }
 
     fn in_cooldown(&self, history: &History) -> bool {
-        history.tier_changed_at.is_some_and(|at| self.now - at < self.cooldown())
+        history.tier_changed_at.is_some_and(|at| self.now - at < self.cooldown(history))
     }
 
     /// A tier rollout replaces every pod; judge the new tier only after the window has turned
-    /// over at least halfway, and never sooner than two evaluations.
-    fn cooldown(&self) -> Seconds {
-        (self.spec.window / 2.0).max(2.0 * self.spec.evaluation_interval)
+    /// over at least halfway, and never sooner than two evaluations. Where batch settings roll
+    /// the pods too, never before a pod start and two evaluations have passed: another rollout
+    /// sooner would replace the surge pods before they are ready.
+    fn cooldown(&self, history: &History) -> Seconds {
+        let base = (self.spec.window / 2.0).max(2.0 * self.spec.evaluation_interval);
+        if self.spec.batch_rolls { base.max(self.horizon(history)) } else { base }
     }
 
     /// One sentence on the prediction a move rests on.
@@ -404,6 +441,9 @@ impl Tick<'_> {
                 return self.tier_move(history, plan, target, reason, sla);
             }
             if target != cur {
+                if self.spec.batch_rolls && self.in_cooldown(history) {
+                    return self.cooling(history, sla);
+                }
                 let reason = self.up_reason(plan, history, verdict, sla);
                 let what = self.predicted(plan, history, &target);
                 return self.finish(
@@ -411,11 +451,12 @@ impl Tick<'_> {
                     target,
                     reason,
                     format!(
-                        "{what}: batch settings {}/{} → {}/{} (sequences/tokens per step)",
+                        "{what}: batch settings {}/{} → {}/{} (sequences/tokens per step){}",
                         cur.max_batch_size,
                         cur.max_num_batched_tokens,
                         target.max_batch_size,
-                        target.max_num_batched_tokens
+                        target.max_num_batched_tokens,
+                        self.rolled()
                     ),
                     sla,
                 );
@@ -433,10 +474,13 @@ impl Tick<'_> {
                 return self.tier_move(history, plan, target, Reason::DegradedForLatency, sla);
             }
             let fast = Levers { replicas: cur.replicas, tier: cur.tier, ..want.levers };
-            if fast != cur && !current_holds {
+            // Where batch settings roll the pods this is no fast lever: a rollout that cannot
+            // make the configuration hold only takes replicas out of service while it runs.
+            if fast != cur && !current_holds && !self.spec.batch_rolls {
                 let what = self.predicted(plan, history, &fast);
                 return self.finish(history, fast, self.up_reason(plan, history, verdict, sla), format!(
-                    "{what}: no configuration within the spec's ranges is predicted to hold; the batch settings predicted to come closest"
+                    "{what}: no configuration within the spec's ranges is predicted to hold; the batch settings predicted to come closest{}",
+                    self.rolled()
                 ), sla);
             }
             if sla != SlaState::Violated {
@@ -478,7 +522,13 @@ impl Tick<'_> {
         let cur = self.current;
         let next = want.replicas;
         let reason = self.up_reason(plan, history, verdict, sla);
-        let target = Levers { tier: cur.tier, ..*want };
+        // Where batch settings roll the pods, replicas come first: a rollout waits until the
+        // model still asks for it once they are up.
+        let target = if self.spec.batch_rolls {
+            Levers { replicas: want.replicas, ..cur }
+        } else {
+            Levers { tier: cur.tier, ..*want }
+        };
         let what = self.predicted(plan, history, &target);
         let mut levers = target;
         let mut note = if (target.max_batch_size, target.max_num_batched_tokens)
@@ -501,7 +551,8 @@ impl Tick<'_> {
         let tier = [cur.tier];
         let ready_capacity =
             choose::per_replica(self.spec, self.model, history, &target, &plan.shape, MARGIN).unwrap_or(0.0);
-        if f64::from(ready) * ready_capacity < plan.forecast.up
+        if !self.spec.batch_rolls
+            && f64::from(ready) * ready_capacity < plan.forecast.up
             && let Some(Choice::Holds(fast)) = choose::cheapest(
                 &choose::Search {
                     spec: self.spec,
@@ -598,8 +649,8 @@ impl Tick<'_> {
             history,
             Reason::Cooldown,
             format!(
-                "a tier rollout started {since:.0}s ago; waiting {:.0}s for it to settle",
-                self.cooldown()
+                "a rollout started {since:.0}s ago; waiting {:.0}s for it to settle",
+                self.cooldown(history)
             ),
             sla,
         )
@@ -676,6 +727,11 @@ impl Tick<'_> {
         self.finish(history, cur, Reason::SlaMet, "the SLA holds at the lowest cost allowed".into(), sla)
     }
 
+    /// The words a batch move adds where it rolls the pods.
+    fn rolled(&self) -> &'static str {
+        if self.spec.batch_rolls { ", a rolling update (the engines read them at start)" } else { "" }
+    }
+
     fn hold(&self, history: &mut History, reason: Reason, message: String) -> Decision {
         self.hold_with(history, reason, message, SlaState::Unknown)
     }
@@ -708,6 +764,9 @@ impl Tick<'_> {
                 }
                 history.changes.retain(|t| self.now - t < 3600.0);
                 history.changes.push(self.now);
+                if self.spec.batch_rolls && changes.iter().any(|c| c.lever == Lever::Batch) {
+                    history.tier_changed_at = Some(self.now);
+                }
             } else {
                 // Advisory: nothing moves, so nothing is starting, covering or cooling down.
                 history.pending_scale_up = None;

@@ -3,6 +3,7 @@
 //! rates of the scale-down stabilization window, and the smoothed request shape.
 
 use super::super::capacity::Workload;
+use super::super::levers::Levers;
 use super::super::observation::{Freshness, Observation, Seconds};
 use super::super::spec::PlannerSpec;
 use super::super::{History, SeenShape};
@@ -76,6 +77,18 @@ pub(super) fn remember(observation: &Observation, history: &mut History, keep: S
             None => seen,
         });
     }
+}
+
+/// Notes the request rate per replica of a window whose SLA held with every replica ready (the
+/// evidence an unprofiled service gives replicas back on).
+pub(super) fn carried(observation: &Observation, current: Levers, history: &mut History) {
+    let Some(rate) = observation.metrics.request_rate.filter(|r| r.is_finite() && *r >= 0.0) else { return };
+    if observation.ready_replicas < current.replicas || current.replicas < 1 {
+        return;
+    }
+    let per_replica = rate / f64::from(current.replicas);
+    let most = history.carried.entry(current.tier.as_str().to_string()).or_insert(0.0);
+    *most = most.max(per_replica);
 }
 
 /// `seen` blended into `old`: longer requests are taken faster than shorter ones, erring

@@ -48,7 +48,7 @@ fn defaults_are_filled_as_the_schema_says() {
     assert_eq!(s.batching.max_batch_size.initial, 8);
     assert_eq!(s.quantization.allowed_tiers, vec![pacer_crds::Tier::Native]);
     assert_eq!(s.policy.evaluation_interval, "30s");
-    assert_eq!(s.engine.image, pacer_crds::DEFAULT_ENGINE_IMAGE);
+    assert_eq!(s.engine.image(), pacer_crds::DEFAULT_ENGINE_IMAGE);
     assert!(v.warnings.is_empty());
 }
 
@@ -76,7 +76,7 @@ fn schema_errors_read_as_the_api_server_writes_them() {
         ),
         (
             with("/spec/quantization", json!({"allowedTiers": ["q2_k"]})),
-            r#"spec.quantization.allowedTiers[0]: Unsupported value: "q2_k": supported values: "f32", "q8_0", "native", "q4_0""#,
+            r#"spec.quantization.allowedTiers[0]: Unsupported value: "q2_k": supported values: "f32", "q8_0", "native", "q4_0", "bf16", "fp16", "fp8", "int8", "int4""#,
         ),
         (
             with("/spec/model/servedName", json!("x".repeat(129))),
