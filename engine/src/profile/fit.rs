@@ -2,6 +2,7 @@
 //! residuals, and how well the fit matches its samples.
 
 use super::{StepModel, StepSample};
+use pacer_planner::lsq::Normal;
 
 /// A fitted step model and how well it matches its samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -20,38 +21,15 @@ fn features(s: &StepSample) -> [f64; 4] {
 
 /// Fits [`StepModel`] to `samples` by non-negative least squares on relative residuals
 /// (`Σ ((predicted − measured) / measured)²`), so a 5 ms decode step weighs as much as a
-/// 500 ms prompt chunk: the planner needs both ITL and TTFT right.
-///
-/// With four coefficients the exact non-negative optimum is found by solving the unconstrained
-/// problem on every subset of coefficients (the rest held at 0) and keeping the best feasible
-/// one: the constrained optimum is the unconstrained optimum of its own support. `None` when
-/// no subset gives a model with a positive time per step.
+/// 500 ms prompt chunk: the planner needs both ITL and TTFT right. The fit is the planner's
+/// ([`pacer_planner::lsq`]); `None` when no subset of the coefficients gives a model with a
+/// positive time per step.
 pub fn fit_step_model(samples: &[StepSample]) -> Option<Fit> {
-    let rows: Vec<([f64; 4], f64)> = samples
-        .iter()
-        .filter(|s| s.seconds > 0.0 && s.seconds.is_finite())
-        .map(|s| (features(s).map(|x| x / s.seconds), 1.0))
-        .collect();
-    let mut best: Option<([f64; 4], f64)> = None;
-    for support in 1u32..16 {
-        let idx: Vec<usize> = (0..4).filter(|i| support & (1 << i) != 0).collect();
-        let Some(sub) = least_squares(&rows, &idx) else { continue };
-        if sub.iter().any(|c| *c < 0.0 || !c.is_finite()) {
-            continue;
-        }
-        let mut coef = [0.0; 4];
-        for (&i, c) in idx.iter().zip(sub) {
-            coef[i] = c;
-        }
-        if coef[0] + coef[1] <= 0.0 {
-            continue;
-        }
-        let loss: f64 = rows.iter().map(|(x, y)| (dot4(x, &coef) - y).powi(2)).sum();
-        if best.is_none_or(|(_, l)| loss < l) {
-            best = Some((coef, loss));
-        }
+    let mut normal = Normal::<4>::default();
+    for s in samples.iter().filter(|s| s.seconds > 0.0 && s.seconds.is_finite()) {
+        normal.add(features(s).map(|x| x / s.seconds), 1.0, 1.0);
     }
-    let (c, _) = best?;
+    let c = normal.fit(|c| c[0] + c[1] > 0.0)?;
     let model = StepModel {
         base_s: c[0],
         per_decode_row_s: c[1],
@@ -68,52 +46,6 @@ pub fn relative_errors(model: &StepModel, samples: &[StepSample]) -> (f64, f64) 
         samples.iter().map(|s| ((model.predict(s) - s.seconds) / s.seconds).abs()).collect();
     let mean = errors.iter().sum::<f64>() / errors.len().max(1) as f64;
     (mean, errors.iter().copied().fold(0.0, f64::max))
-}
-
-fn dot4(a: &[f64; 4], b: &[f64; 4]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Least squares `min ‖X_S β − y‖` over the columns `idx` of `rows`, through the normal
-/// equations. Columns are scaled to unit norm first: token counts reach 10⁴ while the constant
-/// column is 1, and unscaled normal equations would lose most of their precision.
-fn least_squares(rows: &[([f64; 4], f64)], idx: &[usize]) -> Option<Vec<f64>> {
-    let n = idx.len();
-    let scale: Vec<f64> =
-        idx.iter().map(|&i| rows.iter().map(|(x, _)| x[i] * x[i]).sum::<f64>().sqrt()).collect();
-    if scale.contains(&0.0) {
-        return None;
-    }
-    // Augmented matrix [XᵀX | Xᵀy] of the scaled columns.
-    let mut a = vec![vec![0.0; n + 1]; n];
-    for (x, y) in rows {
-        for r in 0..n {
-            let xr = x[idx[r]] / scale[r];
-            for c in 0..n {
-                a[r][c] += xr * x[idx[c]] / scale[c];
-            }
-            a[r][n] += xr * y;
-        }
-    }
-    // Gaussian elimination with partial pivoting; a (near-)singular system means the samples
-    // do not separate these coefficients.
-    for col in 0..n {
-        let pivot = (col..n).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
-        if a[pivot][col].abs() < 1e-12 {
-            return None;
-        }
-        a.swap(col, pivot);
-        let pivot_row = a[col].clone();
-        for (r, row) in a.iter_mut().enumerate() {
-            if r != col {
-                let f = row[col] / pivot_row[col];
-                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
-                    *x -= f * p;
-                }
-            }
-        }
-    }
-    Some((0..n).map(|r| a[r][n] / a[r][r] / scale[r]).collect())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! - [`capacity`]: the queueing model that turns a profile and a load into predicted percentiles
 //!   and per-replica capacity.
 //! - [`online`]: step models learnt from the metrics for tiers no profile covers (vLLM).
+//! - [`lsq`]: the non-negative least squares both step-model fits use.
 //! - [`tail`]: TTFT's percentile as the percentile of a sum of waits and a prompt's prefill.
 //! - [`forecast`]: the load to plan for, from the leading signals.
 //! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
@@ -33,6 +34,7 @@ pub mod engine_defaults;
 pub mod forecast;
 pub mod histogram;
 pub mod levers;
+pub mod lsq;
 pub mod memory;
 pub mod observation;
 pub mod online;

@@ -14,6 +14,7 @@
 //! row, so it cannot say what a larger batch or another replica count would do. Until then the
 //! planner acts on the percentiles alone (the reactive path).
 
+use crate::lsq::Normal;
 use crate::observation::ServiceMetrics;
 use crate::profile::StepModel;
 use serde::{Deserialize, Serialize};
@@ -28,14 +29,12 @@ pub const MIN_SPAN: f64 = 1.5;
 /// The fewest sequences running per replica for a sample: an idle engine's steps say nothing.
 pub const MIN_RUNNING: f64 = 1.0;
 
-/// The normal equations of the fit `seconds ≈ base + per_row·rows + per_token·prompt`, summed
-/// with fading weights, and the range of batches seen.
+/// The fit `seconds ≈ base + per_row·rows + per_token·prompt` over the samples, with fading
+/// weights, and the range of batches seen.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepFit {
-    /// Σ w·x·xᵀ over the samples, x = (1, rows, prompt tokens), row-major.
-    xx: [f64; 9],
-    /// Σ w·x·seconds.
-    xy: [f64; 3],
+    /// The normal equations over x = (1, rows, prompt tokens).
+    normal: Normal<3>,
     /// Samples taken.
     pub samples: u32,
     /// Smallest and largest running batch per replica sampled.
@@ -77,13 +76,7 @@ impl StepSample {
 impl StepFit {
     /// Adds a sample; older ones fade by [`FORGET`].
     pub fn add(&mut self, s: StepSample) {
-        let x = [1.0, s.rows, s.prompt_tokens];
-        for i in 0..3 {
-            for j in 0..3 {
-                self.xx[3 * i + j] = FORGET * self.xx[3 * i + j] + x[i] * x[j];
-            }
-            self.xy[i] = FORGET * self.xy[i] + x[i] * s.seconds;
-        }
+        self.normal.add([1.0, s.rows, s.prompt_tokens], s.seconds, FORGET);
         self.samples = self.samples.saturating_add(1);
         self.rows = Some(match self.rows {
             Some((lo, hi)) => (lo.min(s.rows), hi.max(s.rows)),
@@ -96,74 +89,19 @@ impl StepFit {
         self.samples >= MIN_SAMPLES && self.rows.is_some_and(|(lo, hi)| lo > 0.0 && hi >= MIN_SPAN * lo)
     }
 
-    /// The step model, when [`StepFit::ready`]: the non-negative least-squares coefficients
-    /// (the best of the fits on every subset of the three terms whose coefficients are all
-    /// non-negative).
+    /// The step model, when [`StepFit::ready`]: the non-negative least-squares coefficients,
+    /// with a step that takes some time.
     pub fn model(&self) -> Option<StepModel> {
         if !self.ready() {
             return None;
         }
-        let mut best: Option<([f64; 3], f64)> = None;
-        for mask in 1u8..8 {
-            let idx: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
-            let Some(beta) = self.solve(&idx) else { continue };
-            if beta.iter().any(|b| *b < 0.0) {
-                continue;
-            }
-            let mut full = [0.0; 3];
-            for (k, &i) in idx.iter().enumerate() {
-                full[i] = beta[k];
-            }
-            // Σw(y − xβ)² less Σw·y², which every subset shares: −2βᵀ(Xᵀy) + βᵀ(XᵀX)β.
-            let mut loss = 0.0;
-            for i in 0..3 {
-                loss -= 2.0 * full[i] * self.xy[i];
-                for j in 0..3 {
-                    loss += full[i] * self.xx[3 * i + j] * full[j];
-                }
-            }
-            if best.is_none_or(|(_, l)| loss < l) {
-                best = Some((full, loss));
-            }
-        }
-        let ([base, per_row, per_token], _) = best?;
+        let [base, per_row, per_token] = self.normal.fit(|c| c[0] + c[1] > 0.0)?;
         Some(StepModel {
             base_s: base,
             per_decode_row_s: per_row,
             per_prefill_token_s: per_token,
             per_context_token_s: 0.0,
         })
-    }
-
-    /// The least-squares coefficients of the terms `idx` alone (Gaussian elimination with
-    /// partial pivoting); `None` when they cannot be told apart.
-    fn solve(&self, idx: &[usize]) -> Option<Vec<f64>> {
-        let n = idx.len();
-        let mut a: Vec<Vec<f64>> = idx
-            .iter()
-            .map(|&i| idx.iter().map(|&j| self.xx[3 * i + j]).chain([self.xy[i]]).collect())
-            .collect();
-        let scale = a.iter().map(|r| r[..n].iter().fold(0.0_f64, |m, v| m.max(v.abs()))).fold(0.0, f64::max);
-        if scale <= 0.0 {
-            return None;
-        }
-        for col in 0..n {
-            let pivot = (col..n).max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))?;
-            if a[pivot][col].abs() <= 1e-12 * scale {
-                return None;
-            }
-            a.swap(col, pivot);
-            let pivot_row = a[col].clone();
-            for (row, r) in a.iter_mut().enumerate() {
-                if row != col {
-                    let f = r[col] / pivot_row[col];
-                    for (x, p) in r.iter_mut().zip(&pivot_row).skip(col) {
-                        *x -= f * p;
-                    }
-                }
-            }
-        }
-        Some((0..n).map(|i| a[i][n] / a[i][i]).collect())
     }
 }
 
