@@ -1,6 +1,7 @@
-//! One set of tier names: every tier the `InferenceService` CRD accepts is accepted by
-//! `pacer-engine --tier`, and every tier the engine has is accepted by the CRD. The binary is
-//! asked directly, so the check covers the command line the operator writes into pods.
+//! One set of tier names: every tier the `InferenceService` CRD accepts for `runtime: pacer` is
+//! accepted by `pacer-engine --tier`, every tier the engine has is accepted by the CRD, and the
+//! vLLM tiers the CRD also knows are refused by the engine. The binary is asked directly, so the
+//! check covers the command line the operator writes into pods.
 
 #![allow(clippy::unwrap_used)]
 
@@ -33,12 +34,29 @@ fn engine_accepts(tier: &str) -> bool {
 fn the_crd_and_the_engine_accept_the_same_tiers() {
     let allowed = crd_tiers("allowedTiers");
     assert_eq!(allowed, crd_tiers("preferredTier"));
-    assert!(allowed.len() >= 3, "{allowed:?}");
+    let pacer: Vec<&str> = pacer_crds::Runtime::Pacer.tiers().iter().map(|t| t.as_str()).collect();
+    assert!(pacer.len() >= 3, "{pacer:?}");
+    // The CEL rule that holds `runtime: pacer` to its tiers lists exactly these names.
+    let crd = serde_json::to_value(pacer_crds::InferenceService::crd()).unwrap();
+    let rules = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["x-kubernetes-validations"]
+        .as_array()
+        .unwrap();
+    let listed = pacer.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ");
+    assert!(
+        rules.iter().any(|r| r["rule"].as_str().unwrap().contains(&format!("t in [{listed}]"))),
+        "no rule holds runtime pacer to [{listed}]"
+    );
     for tier in &allowed {
-        assert!(engine_accepts(tier), "the CRD accepts {tier} but pacer-engine --tier refuses it");
+        let engine = pacer.contains(&tier.as_str());
+        assert_eq!(
+            engine_accepts(tier),
+            engine,
+            "{tier}: the CRD's runtime pacer and pacer-engine --tier disagree"
+        );
     }
     for tier in pacer_engine::Tier::ALL {
-        assert!(allowed.iter().any(|a| a == tier.as_str()), "pacer-engine has {tier}, the CRD refuses it");
+        assert!(pacer.contains(&tier.as_str()), "pacer-engine has {tier}, the CRD refuses it");
     }
     // The check can fail: a name neither knows is refused by both.
     assert!(!engine_accepts("q2_k"));
