@@ -27,5 +27,5 @@ scripts/build-cluster-bins.sh --kubernetes "$version" >/dev/null
 built=$SECONDS
 printf '\n==> the operator on a Kubernetes %s cluster\n' "$version"
 PACER_KUBERNETES_VERSION="$version" cargo test --workspace --release --locked \
-  --test validation --test reconcile --test podmonitor
+  --test integration -- validation:: reconcile:: podmonitor::
 printf '\n==> durations: binaries %ds, tests %ds\n' $((built - start)) $((SECONDS - built))

@@ -1,10 +1,9 @@
 //! The CRD against a real kube-apiserver: it installs, and each invalid InferenceService is
 //! rejected by the schema or a CEL rule with the message a person would need.
 
-mod common;
 
-use common::cases::vllm;
-use common::{TestNs, isvc_doc};
+use crate::common::cases::vllm;
+use crate::common::{TestNs, isvc_doc};
 use kube::api::PostParams;
 use pacer_crds::InferenceService;
 use serde_json::{Value, json};

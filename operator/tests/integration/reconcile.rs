@@ -4,9 +4,8 @@
 //! selector and exclusions, and leader election between two replicas (and a leader whose
 //! apiserver stalls, fenced before a standby leads).
 
-mod common;
 
-use common::{TestNs, isvc_doc};
+use crate::common::{TestNs, isvc_doc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::events::v1::Event;
@@ -304,7 +303,7 @@ async fn the_samples_run_under_kwok() {
     // What the samples expect of a cluster: a claim `models` (bound to a volume here), and
     // nodes labelled for the image and GPU samples' node selectors (the fake nodes have GPUs).
     let volume = format!("models-{}", ns.name);
-    common::apply_json(
+    crate::common::apply_json(
         &ns.admin,
         None,
         json!({
@@ -315,7 +314,7 @@ async fn the_samples_run_under_kwok() {
         }),
     )
     .await;
-    common::apply_json(
+    crate::common::apply_json(
         &ns.admin,
         Some(&ns.name),
         json!({
@@ -336,7 +335,7 @@ async fn the_samples_run_under_kwok() {
 
     let op = ns.operator("only");
     let mut names = Vec::new();
-    let mut samples: Vec<_> = std::fs::read_dir(common::repo_file("config/samples"))
+    let mut samples: Vec<_> = std::fs::read_dir(crate::common::repo_file("config/samples"))
         .expect("samples")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
@@ -345,7 +344,7 @@ async fn the_samples_run_under_kwok() {
     assert!(samples.len() >= 3, "{samples:?}");
     for path in &samples {
         let text = std::fs::read_to_string(path).expect("sample");
-        for obj in common::apply_yaml(&ns.admin, Some(&ns.name), &text).await {
+        for obj in crate::common::apply_yaml(&ns.admin, Some(&ns.name), &text).await {
             names.push((obj.name_any(), path.display().to_string()));
         }
     }
@@ -655,7 +654,7 @@ async fn a_leader_whose_renewals_hang_is_fenced_before_a_standby_leads() {
     use pacer_operator::leader::{Elector, Timing};
     use std::time::{Duration, Instant};
     let ns = TestNs::new("fence").await;
-    let cluster = common::cluster();
+    let cluster = crate::common::cluster();
     let mut config = cluster.admin_config().await;
     let target = {
         let url = &config.cluster_url;

@@ -12,11 +12,10 @@
 //! the Prometheus Operator's CRDs from `scripts/build-monitoring-crds.sh` (all cached outside
 //! the repository; `scripts/test.sh` runs the three).
 
-mod common;
 #[path = "chart/values.rs"]
 mod values;
 
-use common::{OPERATOR, apply_json, cache, helm, repo_file, text, tool};
+use crate::common::{OPERATOR, apply_json, cache, helm, repo_file, text, tool};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -629,7 +628,7 @@ async fn namespaces_and_monitoring_crds(admin: &kube::Client) {
     for kind in ["servicemonitors", "prometheusrules", "podmonitors"] {
         let text =
             std::fs::read_to_string(crds.join(format!("monitoring.coreos.com_{kind}.yaml"))).expect("crd");
-        common::apply_yaml(admin, None, &text).await;
+        crate::common::apply_yaml(admin, None, &text).await;
     }
     eventually(30, "the monitoring CRDs to be served", || {
         let admin = admin.clone();

@@ -7,7 +7,7 @@ use super::{args_of, chart, helm, operator_container, render, text};
 use serde_json::json;
 
 /// Where the table sits in the README.
-pub const BEGIN: &str = "<!-- values:begin (generated from values.yaml; PACER_BLESS=1 cargo test -p pacer-operator --test chart) -->";
+pub const BEGIN: &str = "<!-- values:begin (generated from values.yaml; PACER_BLESS=1 cargo test -p pacer-operator --test integration chart::) -->";
 /// The end of the table.
 pub const END: &str = "<!-- values:end -->";
 
@@ -102,7 +102,7 @@ fn the_chart_readme_lists_every_value() {
     assert!(
         stale.is_none() && committed.lines().count() == table.lines().count(),
         "charts/pacer/README.md's table of values is stale (first difference: {stale:?}): \
-         PACER_BLESS=1 cargo test -p pacer-operator --test chart"
+         PACER_BLESS=1 cargo test -p pacer-operator --test integration chart::"
     );
 }
 

@@ -220,7 +220,7 @@ fn at_start(recorded: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_vllm_exposition_reads_as_computed_by_hand() {
-    let recorded = include_str!("data/vllm-metrics.txt");
+    let recorded = include_str!("../data/vllm-metrics.txt");
     let start = at_start(recorded);
     // The file's percentiles, by hand (see its header) and by the histogram maths.
     let ttft_p95 = 0.5625;

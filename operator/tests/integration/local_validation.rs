@@ -10,10 +10,9 @@
 //! cause the whole `status.message` (`InferenceService.serving.pacer.dev "x" is invalid: ...`)
 //! must be equal too.
 
-mod common;
 
-use common::cases::{invalid_cases, invalid_doc};
-use common::{TestNs, repo_file};
+use crate::common::cases::{invalid_cases, invalid_doc};
+use crate::common::{TestNs, repo_file};
 use kube::api::{DynamicObject, PostParams};
 use pacer_crds::InferenceService;
 use pacer_operator::local::admission::{self, ValidationError};

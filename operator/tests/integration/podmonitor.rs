@@ -3,9 +3,8 @@
 //! watch, and a no-op reconcile sends no request at all. In a binary of its own, since the
 //! PodMonitor CRD changes what every operator in the cluster does.
 
-mod common;
 
-use common::{TestNs, isvc_doc};
+use crate::common::{TestNs, isvc_doc};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use pacer_operator::build::PodMonitor;
 use pacer_tests::{OperatorProcess, eventually};
@@ -23,9 +22,9 @@ async fn install_pod_monitor_crd(ns: &TestNs) {
                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
         },
     });
-    common::apply_json(&ns.admin, None, crd).await;
+    crate::common::apply_json(&ns.admin, None, crd).await;
     let pm: Api<DynamicObject> =
-        Api::namespaced_with(ns.admin.clone(), &ns.name, &common::pod_monitor_resource());
+        Api::namespaced_with(ns.admin.clone(), &ns.name, &crate::common::pod_monitor_resource());
     eventually(30, "the PodMonitor kind to be served", || {
         let pm = pm.clone();
         async move { pm.list(&Default::default()).await.ok().map(|_| ()) }
