@@ -682,14 +682,4 @@ fn retry_delay(attempt: u32) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::retry_delay;
-    use std::time::Duration;
-
-    #[test]
-    fn retries_back_off_to_a_bound() {
-        assert_eq!(retry_delay(1), Duration::from_secs(1));
-        assert_eq!(retry_delay(3), Duration::from_secs(4));
-        assert_eq!(retry_delay(50), Duration::from_secs(300));
-    }
-}
+mod tests;

@@ -59,7 +59,8 @@ impl Leadership {
         Leadership { until: None }
     }
 
-    fn elected() -> Leadership {
+    /// A process in an election that has not won it yet: it writes nothing until it does.
+    pub(crate) fn elected() -> Leadership {
         Leadership { until: Some(Arc::new(Mutex::new(None))) }
     }
 
