@@ -149,8 +149,10 @@ print(":".join(sorted(found)))' 2>/dev/null || true)
   }
   local tiers=(f32 q8_0 q4_0 native) prefill=128,512,2048 batch=1,4,16,64,128 steps=32 conc=1,16,64,128 n=256
   local out_len=128 in_len=256
+  # One test at a time on a GPU (each holds the device); a smoke run on the CPU takes every core.
+  local threads=(--test-threads 1)
   if [ "$smoke" = 1 ]; then
-    tiers=(f32 native) prefill=32 batch=1,2 steps=4 conc=1,2 n=4 out_len=8 in_len=16
+    tiers=(f32 native) prefill=32 batch=1,2 steps=4 conc=1,2 n=4 out_len=8 in_len=16 threads=()
   fi
 
   if command -v nvidia-smi >/dev/null; then step nvidia-smi 30 nvidia-smi; fi
@@ -166,7 +168,7 @@ print(":".join(sorted(found)))' 2>/dev/null || true)
       test-unit) filter=(candle_backend) ;;
       test-reference) filter=(candle_) ;;
     esac
-    step "$(basename "$t")" 240 env PACER_TEST_DEVICE="$device" "$t" --test-threads 1 "${filter[@]}"
+    step "$(basename "$t")" 240 env PACER_TEST_DEVICE="$device" "$t" "${threads[@]}" "${filter[@]}"
   done
   step bench 180 "$bin/pacer-engine" bench --model "$model" --device "$device" --prefill "$prefill" \
     --batch "$batch" --decode-steps "$steps" --repeats 2 --json

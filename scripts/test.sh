@@ -7,6 +7,9 @@
 # `scripts/test-matrix.sh` runs the cluster tests on the oldest supported version.
 # Each step's duration is printed at the end.
 #
+# The builds run side by side (the Go builds, the `cuda` feature's check, the Rust lint and
+# build); the tests run after them, one tier at a time, on an otherwise quiet machine.
+#
 # Needs: Rust (rustup), Python 3 with pip, Go >= 1.26, openssl, a C/C++ compiler (nvcc's host
 # compiler for the `cuda` feature's build; the CUDA toolkit itself comes from PyPI).
 #
@@ -23,6 +26,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 KUBERNETES_NEWEST=1.37.2
 
 timings=()
+background=()
 step_name=""
 step_start=$SECONDS
 finish_step() {
@@ -36,8 +40,15 @@ step() {
   step_start=$SECONDS
   printf '\n==> %s\n' "$*"
 }
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill -TERM "$1" 2>/dev/null || true
+}
 report() {
   local rc=$?
+  # A failure ends the builds still running beside it, with every process they started.
+  for pid in "${background[@]}"; do kill_tree "$pid"; done
   finish_step
   printf '\n==> step durations\n'
   printf '%s\n' "${timings[@]}"
@@ -49,13 +60,49 @@ step "model"
 PACER_MODEL=$(scripts/fetch-model.sh)
 export PACER_MODEL
 
-step "cluster binaries (Kubernetes $KUBERNETES_NEWEST)"
-scripts/build-cluster-bins.sh --kubernetes "$KUBERNETES_NEWEST" >/dev/null
+# Three builds run side by side: the Go builds (the control plane, Prometheus, the monitoring
+# CRDs), the `cuda` feature's check (nvcc from PyPI) and the Rust lint and test build. On a cold
+# machine each waits on downloads and on single-threaded links and nvcc runs that the others
+# fill; on a warm one the first two take seconds. The tests start once all three are done, on a
+# quiet machine: the real-time tiers time real engines, and share the CPU with nothing.
+# beside KEY TITLE CMD...: runs CMD in the background, its output in a log shown by `await KEY`.
+beside_logs=$(mktemp -d)
+declare -A beside_pid beside_title
+beside() {
+  local key="$1" title="$2"
+  shift 2
+  (
+    t=$SECONDS
+    rc=0
+    "$@" >"$beside_logs/$key.log" 2>&1 || rc=$?
+    printf '%6ds  %s (beside the lint and build)\n' $((SECONDS - t)) "$title" >"$beside_logs/$key.time"
+    exit "$rc"
+  ) &
+  beside_pid[$key]=$!
+  beside_title[$key]=$title
+  background+=("$!")
+}
+# await KEY: waits for that job, shows its log and records its time; a failure ends the run.
+await() {
+  local key="$1" rc=0
+  wait "${beside_pid[$key]}" || rc=$?
+  printf '\n==> %s (ran beside the lint and build)\n' "${beside_title[$key]}"
+  cat "$beside_logs/$key.log"
+  [ -f "$beside_logs/$key.time" ] && timings+=("$(cat "$beside_logs/$key.time")")
+  if [ "$rc" -ne 0 ]; then
+    echo "${beside_title[$key]} failed (exit $rc): its log is above" >&2
+    exit 1
+  fi
+}
+go_builds() (
+  set -e
+  scripts/build-cluster-bins.sh --kubernetes "$KUBERNETES_NEWEST" >/dev/null
+  scripts/build-prometheus.sh >"$beside_logs/prometheus-bin"
+  scripts/build-monitoring-crds.sh >/dev/null
+)
+beside go "the Go builds: cluster binaries (Kubernetes $KUBERNETES_NEWEST), Prometheus, the Prometheus Operator's CRDs" go_builds
+beside cuda "the cuda feature: built with nvcc from PyPI, linked, and run without a GPU" scripts/check-cuda-build.sh
 export PACER_KUBERNETES_VERSION="$KUBERNETES_NEWEST"
-step "prometheus"; PACER_PROMETHEUS_BIN=$(scripts/build-prometheus.sh); export PACER_PROMETHEUS_BIN
-
-step "Prometheus Operator CRDs (for the chart's server-side dry-runs)"
-scripts/build-monitoring-crds.sh >/dev/null
 
 step "format"
 cargo fmt --all -- --check
@@ -70,6 +117,12 @@ cargo clippy -p pacer-operator --no-default-features --all-targets --release --l
 # same way each time and no dependency is rebuilt with a different feature set.
 step "build the tests"
 cargo test --workspace --release --locked --no-run
+
+step "the builds beside it, if still running"
+await go
+await cuda
+PACER_PROMETHEUS_BIN=$(cat "$beside_logs/prometheus-bin")
+export PACER_PROMETHEUS_BIN
 
 step "tests (unit, the engine on the real model, the operator, its Helm chart and the closed loop on a Kubernetes $KUBERNETES_NEWEST cluster)"
 cargo test --workspace --release --locked
@@ -90,6 +143,3 @@ gpu_check=$(mktemp -d)
 XZ_LEVEL=-0 scripts/gpu-check.sh --build --no-cuda --out "$gpu_check"
 scripts/gpu-check.sh --run "$gpu_check" --model "$PACER_MODEL" --device candle-cpu --smoke >/dev/null
 rm -rf "$gpu_check"
-
-step "the cuda feature: built with nvcc from PyPI, linked, and run without a GPU"
-scripts/check-cuda-build.sh

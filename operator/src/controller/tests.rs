@@ -91,7 +91,11 @@ fn api_server(
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or_default()
                     .to_string(),
-                body: if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("json") },
+                body: if bytes.is_empty() {
+                    Value::Null
+                } else {
+                    serde_json::from_slice(&bytes).expect("json")
+                },
             };
             log.lock().expect("calls").push(call.clone());
             let (code, reply) = answer(&call).unwrap_or_else(|| match call.method.as_str() {
@@ -107,7 +111,11 @@ fn api_server(
                     (200, object)
                 }
                 "POST" if call.is_event() => (201, call.body.clone()),
-                _ => status_error(404, "NotFound", &format!("{} {} is not served here", call.method, call.path)),
+                _ => status_error(
+                    404,
+                    "NotFound",
+                    &format!("{} {} is not served here", call.method, call.path),
+                ),
             });
             let response = Response::builder()
                 .status(code)
@@ -137,7 +145,9 @@ impl Children {
             let object = call.body.clone();
             match call.resource().as_str() {
                 "configmaps" => children.configmaps.push(serde_json::from_value(object).expect("configmap")),
-                "deployments" => children.deployments.push(serde_json::from_value(object).expect("deployment")),
+                "deployments" => {
+                    children.deployments.push(serde_json::from_value(object).expect("deployment"))
+                }
                 "services" => children.services.push(serde_json::from_value(object).expect("service")),
                 "poddisruptionbudgets" => children.pdbs.push(serde_json::from_value(object).expect("pdb")),
                 other => panic!("unexpected child {other}"),
@@ -218,7 +228,10 @@ fn event_reasons(calls: &[Call]) -> Vec<(String, String)> {
         .iter()
         .filter(|c| c.is_event())
         .map(|c| {
-            (c.body["type"].as_str().unwrap_or_default().into(), c.body["reason"].as_str().unwrap_or_default().into())
+            (
+                c.body["type"].as_str().unwrap_or_default().into(),
+                c.body["reason"].as_str().unwrap_or_default().into(),
+            )
         })
         .collect()
 }
@@ -244,9 +257,15 @@ async fn a_new_service_gets_its_settings_then_its_children_then_its_status_by_se
     assert_eq!(applied, ["configmaps", "deployments", "services", "poddisruptionbudgets"]);
     for call in calls.iter().filter(|c| c.method == "PATCH") {
         assert_eq!(call.content_type, "application/apply-patch+yaml", "{call:?}");
-        assert!(call.query.contains("fieldManager=pacer-operator") && call.query.contains("force=true"), "{call:?}");
+        assert!(
+            call.query.contains("fieldManager=pacer-operator") && call.query.contains("force=true"),
+            "{call:?}"
+        );
         assert!(call.path.starts_with("/api"), "{call:?}");
-        assert!(call.path.contains("/namespaces/ml/"), "every write stays in the service's namespace: {call:?}");
+        assert!(
+            call.path.contains("/namespaces/ml/"),
+            "every write stays in the service's namespace: {call:?}"
+        );
     }
     for call in calls.iter().filter(|c| c.is_child_apply()) {
         let owner = &call.body["metadata"]["ownerReferences"][0];
@@ -259,7 +278,8 @@ async fn a_new_service_gets_its_settings_then_its_children_then_its_status_by_se
     }
 
     // One status write, after every child, saying no replica is ready yet.
-    let status: Vec<usize> = calls.iter().enumerate().filter(|(_, c)| c.is_status()).map(|(i, _)| i).collect();
+    let status: Vec<usize> =
+        calls.iter().enumerate().filter(|(_, c)| c.is_status()).map(|(i, _)| i).collect();
     let last_apply = calls.iter().rposition(Call::is_child_apply).expect("applies");
     assert_eq!(status.len(), 1, "{calls:#?}");
     assert!(status[0] > last_apply);
@@ -315,7 +335,10 @@ async fn an_invalid_spec_writes_its_reason_and_a_warning_and_no_child() {
     assert_eq!(ready["status"], "False");
     assert_eq!(ready["reason"], conditions::reasons::INVALID_SPEC);
     assert!(ready["message"].as_str().unwrap_or_default().contains("soon"), "{ready}");
-    assert_eq!(event_reasons(&calls), [("Warning".to_string(), conditions::reasons::INVALID_SPEC.to_string())]);
+    assert_eq!(
+        event_reasons(&calls),
+        [("Warning".to_string(), conditions::reasons::INVALID_SPEC.to_string())]
+    );
     assert_eq!(ctx.metrics.reconciles.with_label_values(&["invalid_spec"]).get(), 1);
 
     // Refused once: the same spec with its status written is not written again.
@@ -331,7 +354,8 @@ async fn a_child_the_api_server_rejects_is_reported_with_its_message_and_not_ret
     let isvc = fixtures::isvc();
     let message = "Deployment.apps \"smol\" is invalid: spec.template.spec.containers[0].resources.limits: Invalid value";
     let (result, calls, _) = reconcile_once(&isvc, Children::default(), move |call| {
-        (call.is_child_apply() && call.resource() == "deployments").then(|| status_error(422, "Invalid", message))
+        (call.is_child_apply() && call.resource() == "deployments")
+            .then(|| status_error(422, "Invalid", message))
     })
     .await;
     assert_eq!(result.expect("a rejected child is no transient error"), Action::await_change());

@@ -10,7 +10,6 @@
 //! cause the whole `status.message` (`InferenceService.serving.pacer.dev "x" is invalid: ...`)
 //! must be equal too.
 
-
 use crate::common::cases::{invalid_cases, invalid_doc};
 use crate::common::{TestNs, repo_file};
 use kube::api::{DynamicObject, PostParams};

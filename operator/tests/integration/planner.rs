@@ -5,7 +5,6 @@
 //! raises replicas in Enforce mode and only recommends in Advisory mode; with Prometheus
 //! stopped it reports `MetricsAvailable=False` and moves nothing.
 
-
 use crate::common::{TestNs, cluster};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;

@@ -3,7 +3,6 @@
 //! watch, and a no-op reconcile sends no request at all. In a binary of its own, since the
 //! PodMonitor CRD changes what every operator in the cluster does.
 
-
 use crate::common::{TestNs, isvc_doc};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use pacer_operator::build::PodMonitor;

@@ -4,7 +4,6 @@
 //! selector and exclusions, and leader election between two replicas (and a leader whose
 //! apiserver stalls, fenced before a standby leads).
 
-
 use crate::common::{TestNs, isvc_doc};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};

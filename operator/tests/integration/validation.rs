@@ -1,7 +1,6 @@
 //! The CRD against a real kube-apiserver: it installs, and each invalid InferenceService is
 //! rejected by the schema or a CEL rule with the message a person would need.
 
-
 use crate::common::cases::vllm;
 use crate::common::{TestNs, isvc_doc};
 use kube::api::PostParams;
