@@ -8,6 +8,7 @@ use pacer_bench::load::{Arrivals, Length};
 use pacer_bench::metrics::Slo;
 use pacer_bench::run::{RunPlan, RunResult, run};
 use pacer_bench::search::{Probe, SearchSpace, next_probe};
+use pacer_cli::{LogFormat, LogTarget};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,6 +20,9 @@ use std::time::Duration;
     about = "Client-side SLA benchmark for OpenAI-compatible LLM servers"
 )]
 struct Cli {
+    /// Log format: human-readable text, or JSON lines for log collectors.
+    #[arg(long, env = "PACER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -190,18 +194,9 @@ struct SearchArgs {
 }
 
 fn main() -> Result<()> {
+    let Cli { log_format, command } = Cli::parse();
     // The SVG rasterizer logs every cosmetic oddity at warn; keep its errors only.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,usvg=error,resvg=error"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour only on a terminal, and never under NO_COLOR: redirected logs stay plain text.
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none(),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let Cli { command } = Cli::parse();
+    pacer_cli::init_logging(log_format, "info,usvg=error,resvg=error", LogTarget::Stderr);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match command {
         Command::Run(mut a) => {
@@ -469,29 +464,10 @@ fn compare_cmd(a: CompareArgs) -> Result<()> {
 mod tests {
     use clap::CommandFactory;
 
-    /// The flags of `cmd` and its subcommands that have no environment twin.
-    fn without_env(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
-        for arg in cmd.get_arguments() {
-            let id = arg.get_id().as_str();
-            if arg.is_positional() || arg.is_hide_set() || id == "help" || id == "version" {
-                continue;
-            }
-            if arg.get_env().is_none() {
-                missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
-            }
-        }
-        for sub in cmd.get_subcommands() {
-            without_env(sub, &format!("{path} {}", sub.get_name()), missing);
-        }
-    }
-
     /// Every flag can be set from the environment too, and `--help` names the variable.
     #[test]
     fn every_flag_has_an_environment_twin() {
-        let mut cmd = super::Cli::command();
-        cmd.build();
-        let mut missing = Vec::new();
-        without_env(&cmd, "pacer-bench", &mut missing);
+        let missing = pacer_cli::flags_without_env(&mut super::Cli::command());
         assert!(missing.is_empty(), "flags without an environment twin: {missing:?}");
     }
 }

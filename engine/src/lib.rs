@@ -32,21 +32,11 @@ pub use error::EngineError;
 pub use model::{ComputeDevice, Model, Tier};
 pub use tokenizer::Tokenizer;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// File name of the default model in Pacer's cache (`scripts/fetch-model.sh` puts it there).
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// Where `scripts/fetch-model.sh` caches the default model: `$PACER_CACHE/models/…`, else
-/// `$XDG_CACHE_HOME/pacer/models/…`, else `~/.cache/pacer/models/…`.
-pub fn default_model_path() -> Option<PathBuf> {
-    let cache = std::env::var_os("PACER_CACHE").map(PathBuf::from).or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(|x| PathBuf::from(x).join("pacer"))
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/pacer")))
-    })?;
-    Some(cache.join("models").join(DEFAULT_MODEL_FILE))
-}
+/// The default model's file name and where `scripts/fetch-model.sh` caches it
+/// (`$PACER_CACHE/models/…`, else `$XDG_CACHE_HOME/pacer/models/…`, else `~/.cache/pacer/models/…`).
+pub use pacer_cli::{DEFAULT_MODEL_FILE, default_model_path};
 
 /// A model with its tokenizer and chat template, read from one GGUF file.
 #[derive(Debug)]

@@ -7,7 +7,8 @@
 //! - `profile`: step times and quality at one tier, as the engine profile the planner reads.
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+use pacer_cli::{LogFormat, LogTarget};
 use pacer_engine::bench::{self, BenchPlan};
 use pacer_engine::chat::ChatMessage;
 use pacer_engine::generate::{GenerateRequest, Sequence, run_to_completion};
@@ -30,12 +31,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -270,29 +265,13 @@ struct BenchArgs {
 
 fn main() -> Result<()> {
     let Cli { log_format, command } = Cli::parse();
-    init_logging(log_format);
+    pacer_cli::init_logging(log_format, "info", LogTarget::Stderr);
     match command {
         Command::Generate(args) => generate(args),
         Command::Info(args) => info(args),
         Command::Bench(args) => bench_cmd(args),
         Command::Serve(args) => serve(args),
         Command::Profile(args) => profile_cmd(args),
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour only on a terminal, and never under NO_COLOR: redirected logs stay plain text.
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none(),
-        )
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
     }
 }
 
@@ -689,29 +668,10 @@ fn serve(args: ServeArgs) -> Result<()> {
 mod tests {
     use clap::CommandFactory;
 
-    /// The flags of `cmd` and its subcommands that have no environment twin.
-    fn without_env(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
-        for arg in cmd.get_arguments() {
-            let id = arg.get_id().as_str();
-            if arg.is_positional() || arg.is_hide_set() || id == "help" || id == "version" {
-                continue;
-            }
-            if arg.get_env().is_none() {
-                missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
-            }
-        }
-        for sub in cmd.get_subcommands() {
-            without_env(sub, &format!("{path} {}", sub.get_name()), missing);
-        }
-    }
-
     /// Every flag can be set from the environment too, and `--help` names the variable.
     #[test]
     fn every_flag_has_an_environment_twin() {
-        let mut cmd = super::Cli::command();
-        cmd.build();
-        let mut missing = Vec::new();
-        without_env(&cmd, "pacer-engine", &mut missing);
+        let missing = pacer_cli::flags_without_env(&mut super::Cli::command());
         assert!(missing.is_empty(), "flags without an environment twin: {missing:?}");
     }
 }

@@ -11,9 +11,10 @@
 mod cmd;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use pacer_cli::{LogFormat, LogTarget};
 use pacer_operator::controller::{self, Scope};
 use pacer_operator::leader::{Elector, Leadership, Timing};
 use pacer_operator::metrics_source::{MetricsSource, PrometheusArgs, PrometheusSource};
@@ -38,12 +39,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -299,54 +294,21 @@ fn host_name() -> String {
     format!("{host}_{}", std::process::id())
 }
 
-/// One logging setup for every subcommand: `RUST_LOG` (default `info`), text or flat JSON
-/// lines, to stderr (coloured only on a terminal, never under `NO_COLOR`) or, when local mode's
-/// live view owns the terminal, to a file without colour.
+/// One logging setup for every subcommand (`pacer_cli`'s, as for the other binaries): to stderr,
+/// or, when local mode's live view owns the terminal, to a file without colour.
 fn init_logging(format: LogFormat, file: Option<std::fs::File>) {
-    use tracing_subscriber::EnvFilter;
-    use tracing_subscriber::fmt::writer::BoxMakeWriter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, ansi) = match file {
-        Some(file) => (BoxMakeWriter::new(std::sync::Mutex::new(file)), false),
-        None => (
-            BoxMakeWriter::new(std::io::stderr),
-            std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none(),
-        ),
-    };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(writer);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    let target = file.map_or(LogTarget::Stderr, LogTarget::File);
+    pacer_cli::init_logging(format, "info", target);
 }
 
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
 
-    /// The flags of `cmd` and its subcommands that have no environment twin.
-    fn without_env(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
-        for arg in cmd.get_arguments() {
-            let id = arg.get_id().as_str();
-            if arg.is_positional() || arg.is_hide_set() || id == "help" || id == "version" {
-                continue;
-            }
-            if arg.get_env().is_none() {
-                missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
-            }
-        }
-        for sub in cmd.get_subcommands() {
-            without_env(sub, &format!("{path} {}", sub.get_name()), missing);
-        }
-    }
-
     /// Every flag can be set from the environment too, and `--help` names the variable.
     #[test]
     fn every_flag_has_an_environment_twin() {
-        let mut cmd = super::Cli::command();
-        cmd.build();
-        let mut missing = Vec::new();
-        without_env(&cmd, "pacer-operator", &mut missing);
+        let missing = pacer_cli::flags_without_env(&mut super::Cli::command());
         assert!(missing.is_empty(), "flags without an environment twin: {missing:?}");
     }
 }

@@ -94,14 +94,7 @@ pub async fn run_local(args: LocalArgs) -> Result<()> {
     Ok(())
 }
 
-/// The model `scripts/fetch-model.sh` caches, as it names it.
+/// The model `scripts/fetch-model.sh` caches, if it is there.
 fn default_model() -> Option<PathBuf> {
-    let cache = std::env::var_os("PACER_CACHE").map(PathBuf::from).or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|c| c.join("pacer"))
-    })?;
-    let path = cache.join("models").join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.is_file().then_some(path)
+    pacer_cli::default_model_path().filter(|path| path.is_file())
 }
