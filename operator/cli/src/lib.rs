@@ -35,7 +35,7 @@ pub enum LogTarget {
 }
 
 /// Whether stderr gets colour: a terminal, and no `NO_COLOR`.
-pub fn stderr_has_colour() -> bool {
+fn stderr_has_colour() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
