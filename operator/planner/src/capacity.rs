@@ -139,10 +139,19 @@ impl CapacityModel {
     }
 
     /// This model with the step models learnt online ([`crate::online`]) for the tiers it has
-    /// no profile of, where a fit is ready; profiled tiers keep their profile.
-    pub fn with_online(&self, fits: &BTreeMap<String, crate::online::StepFit>) -> CapacityModel {
+    /// no profile of, where a fit is ready (and, with `checked`, has explained the last still
+    /// window it was checked on: [`crate::online::StepFit::agrees`]); profiled tiers keep their
+    /// profile.
+    pub fn with_online(
+        &self,
+        fits: &BTreeMap<String, crate::online::StepFit>,
+        checked: bool,
+    ) -> CapacityModel {
         let mut steps = self.steps.clone();
         for (name, fit) in fits {
+            if checked && !fit.agrees {
+                continue;
+            }
             if let (Some(tier), Some(step)) = (Tier::named(name), fit.model()) {
                 steps.entry(tier).or_insert(step);
             }

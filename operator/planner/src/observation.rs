@@ -111,6 +111,12 @@ pub struct ServiceMetrics {
     pub output_token_rate: Option<f64>,
     /// Sequences in running batches, summed over replicas.
     pub running: Option<f64>,
+    /// Sequences in running batches averaged over the rate window, summed over replicas: with
+    /// the output rate over the same window, each replica's mean step ([`crate::online`]). The
+    /// gauge of one instant divided by a window's rate is no step time: a batch of 8 caught at
+    /// the scrape after a quiet window reads as a step eight times too long.
+    #[serde(default)]
+    pub running_mean: Option<f64>,
     /// Requests waiting for a batch slot, summed over replicas.
     pub waiting: Option<f64>,
     /// Prompt tokens not yet prefilled (waiting requests and partly prefilled prompts), summed
@@ -182,6 +188,7 @@ impl ServiceMetrics {
             prompt_tokens_tail: None,
             output_token_rate: None,
             running: None,
+            running_mean: None,
             waiting: None,
             queued_prompt_tokens: None,
             kv_usage: None,

@@ -2,8 +2,11 @@
 //! vLLM deployment, or `pacer-engine` before `pacer-engine profile` has run).
 //!
 //! Every running sequence gains one token per engine step, so over a window each replica's
-//! mean step lasts `running / output tokens per second`, and carries `prompt tokens per second ×
-//! that` prompt tokens. Each evaluation where every replica is ready, no rollout is under way
+//! mean step lasts `mean running / output tokens per second`, and carries `prompt tokens per
+//! second × that` prompt tokens. Both figures are the window's: the running gauge averaged over
+//! the rate window (`avg_over_time`), not its value at the last scrape, which on a small batch
+//! swings from 0 to the whole batch between scrapes and made fits that predicted P95 TTFTs
+//! twenty times what was measured. Each evaluation where every replica is ready, no rollout is under way
 //! and sequences are running gives one such sample of (decode rows, prompt tokens, seconds).
 //! A least-squares fit over the samples, with the coefficients kept non-negative and old
 //! samples fading ([`FORGET`]), gives the step model the capacity model predicts with, and the
@@ -13,6 +16,14 @@
 //! [`MIN_SPAN`]: a fit of one batch size cannot tell the fixed cost of a step from its cost per
 //! row, so it cannot say what a larger batch or another replica count would do. Until then the
 //! planner acts on the percentiles alone (the reactive path).
+//!
+//! A ready fit is used only while it explains what is measured: on a window where the levers
+//! were still and every replica ready, its corrected P95 TTFT and ITL for the configuration
+//! running must lie within a factor of [`AGREEMENT`] of the measured ones ([`StepFit::agrees`]).
+//! Mean steps cannot always tell a row's cost from a prompt token's: where every request has the
+//! same prompt and answer lengths, prompt tokens per step rise with the rows and the fit may put
+//! all the cost on either. Such a fit predicted a 64-token prompt's TTFT at 28 ms where 245 ms
+//! was measured, and moved replicas back and forth on a steady load (local mode, 2 cores).
 
 use crate::lsq::Normal;
 use crate::observation::ServiceMetrics;
@@ -28,6 +39,9 @@ pub const MIN_SAMPLES: u32 = 8;
 pub const MIN_SPAN: f64 = 1.5;
 /// The fewest sequences running per replica for a sample: an idle engine's steps say nothing.
 pub const MIN_RUNNING: f64 = 1.0;
+/// How far (a ratio either way) a fit's corrected percentiles may be from the measured ones on
+/// a still window for the fit to be used.
+pub const AGREEMENT: f64 = 2.0;
 
 /// The fit `seconds ≈ base + per_row·rows + per_token·prompt` over the samples, with fading
 /// weights, and the range of batches seen.
@@ -39,6 +53,10 @@ pub struct StepFit {
     pub samples: u32,
     /// Smallest and largest running batch per replica sampled.
     pub rows: Option<(f64, f64)>,
+    /// Whether, on the last still window it was checked on, the fit's corrected percentiles
+    /// came within [`AGREEMENT`] of the measured ones; false until it has been checked.
+    #[serde(default)]
+    pub agrees: bool,
 }
 
 /// One mean step of one replica, as the window's rates show it.
@@ -57,7 +75,7 @@ impl StepSample {
     /// few sequences run or a figure is missing or implausible.
     pub fn from_metrics(metrics: &ServiceMetrics, replicas: i32) -> Option<StepSample> {
         let n = f64::from(replicas.max(1));
-        let rows = metrics.running.filter(|r| r.is_finite())? / n;
+        let rows = metrics.running_mean.filter(|r| r.is_finite())? / n;
         let output = metrics.output_token_rate.filter(|r| r.is_finite())? / n;
         let prompt = metrics.prompt_token_rate.filter(|r| r.is_finite() && *r >= 0.0)? / n;
         if rows < MIN_RUNNING || output <= 0.0 {
@@ -82,6 +100,15 @@ impl StepFit {
             Some((lo, hi)) => (lo.min(s.rows), hi.max(s.rows)),
             None => (s.rows, s.rows),
         });
+    }
+
+    /// Records whether the fit explains a still window: its corrected percentiles `predicted`
+    /// against the `measured` ones, as (TTFT, ITL) seconds.
+    pub fn check(&mut self, predicted: (f64, f64), measured: (f64, f64)) {
+        let within = |p: f64, m: f64| {
+            p.is_finite() && p > 0.0 && m > 0.0 && (1.0 / AGREEMENT..=AGREEMENT).contains(&(p / m))
+        };
+        self.agrees = within(predicted.0, measured.0) && within(predicted.1, measured.1);
     }
 
     /// Whether the fit has enough samples over a wide enough range of batches to be used.
@@ -153,18 +180,37 @@ mod tests {
     }
 
     #[test]
+    fn a_fit_is_used_only_while_it_explains_what_is_measured() {
+        let mut fit = StepFit::default();
+        assert!(!fit.agrees, "unchecked");
+        fit.check((0.3, 0.02), (0.25, 0.015));
+        assert!(fit.agrees);
+        // 28 ms predicted where 245 ms was measured: a prefill the fit cannot see.
+        fit.check((0.028, 0.015), (0.245, 0.015));
+        assert!(!fit.agrees);
+        fit.check((0.3, 0.05), (0.25, 0.015));
+        assert!(!fit.agrees, "ITL three times what was measured");
+        fit.check((f64::INFINITY, 0.02), (0.25, 0.015));
+        assert!(!fit.agrees, "unstable where the engines kept up");
+    }
+
+    #[test]
     fn a_sample_is_the_mean_step_of_one_replica() {
         let mut m = ServiceMetrics::missing();
-        m.running = Some(32.0);
+        m.running = Some(0.0);
+        m.running_mean = Some(32.0);
         m.output_token_rate = Some(1600.0);
         m.prompt_token_rate = Some(4000.0);
         let s = StepSample::from_metrics(&m, 2).expect("sample");
         // 16 rows per replica at 800 tokens/s: a 20 ms step carrying 40 prompt tokens.
         assert!((s.rows - 16.0).abs() < 1e-9 && (s.seconds - 0.02).abs() < 1e-12);
         assert!((s.prompt_tokens - 40.0).abs() < 1e-9);
-        m.running = Some(0.5);
+        m.running_mean = Some(0.5);
         assert_eq!(StepSample::from_metrics(&m, 2), None, "an idle engine says nothing");
-        m.running = Some(f64::NAN);
+        m.running_mean = None;
+        m.running = Some(32.0);
+        assert_eq!(StepSample::from_metrics(&m, 2), None, "the gauge of one instant is no window's mean");
+        m.running_mean = Some(f64::NAN);
         assert_eq!(StepSample::from_metrics(&m, 2), None);
     }
 }

@@ -65,6 +65,7 @@ fn observe(ttft: f64, itl: f64, rate: f64, replicas: i32) -> Observation {
             prompt_tokens_tail: None,
             output_token_rate: Some(rate * 100.0),
             running: Some(0.0),
+            running_mean: Some(0.0),
             waiting: Some(0.0),
             queued_prompt_tokens: Some(0.0),
             kv_usage: None,
@@ -270,7 +271,7 @@ fn without_a_profile_the_steps_are_learnt_from_the_metrics_and_then_predict() {
         // steps give: each running sequence gains a token per step.
         let rows = 2.0 + 3.0 * rate;
         let step = truth.step_seconds(rows, rate * 100.0, 0.0);
-        obs.metrics.running = Some(2.0 * rows);
+        obs.metrics.running_mean = Some(2.0 * rows);
         obs.metrics.output_token_rate = Some(2.0 * rows / step);
         let now = 30.0 * i as f64;
         let d = decide(&spec(), &empty, &obs, &cur, &history, now);
@@ -278,9 +279,16 @@ fn without_a_profile_the_steps_are_learnt_from_the_metrics_and_then_predict() {
         last = Some(d);
     }
     let fit = &history.online[Tier::Native.as_str()];
-    assert!(fit.ready(), "{fit:?}");
+    assert!(fit.ready() && fit.agrees, "{fit:?}");
     let d = last.expect("decided");
     assert!(d.message.contains("predict"), "{:?}: {}", d.reason, d.message);
+    // The same fit on a window where TTFT is far from what it predicts (a prefill the mean
+    // steps cannot show): not used; the percentiles alone decide.
+    let mut far = observe(0.45, 0.02, 2.0, 2);
+    far.metrics.running_mean = None;
+    let d = decide(&spec(), &empty, &far, &cur, &history, 400.0);
+    assert!(!d.history.online[Tier::Native.as_str()].agrees);
+    assert!(!d.message.contains("predict"), "{:?}: {}", d.reason, d.message);
 }
 
 #[test]

@@ -273,6 +273,21 @@ impl Prometheus {
         (!live.is_empty()).then(|| live.iter().sum())
     }
 
+    /// `sum(avg_over_time(gauge[w]))`: per series (a stale one too, as range queries still
+    /// read its samples) the mean of its samples in `(now - w, now]`, summed.
+    fn gauge_mean_sum(&self, now: f64, w: f64, f: fn(&Sample) -> f64) -> Option<f64> {
+        let means: Vec<f64> = self
+            .series
+            .values()
+            .filter_map(|s| {
+                let inside: Vec<f64> =
+                    s.samples.iter().filter(|x| x.t > now - w && x.t <= now).map(f).collect();
+                (!inside.is_empty()).then(|| inside.iter().sum::<f64>() / inside.len() as f64)
+            })
+            .collect();
+        (!means.is_empty()).then(|| means.iter().sum())
+    }
+
     /// Everything the planner sees at `now`: percentiles over `window` at quantile `q`, rates
     /// and means over `rate_window`, gauges from the latest scrape of each live pod.
     pub fn observe(&self, now: f64, q: f64, window: f64, rate_window: f64, ready: i32, desired: i32) -> Seen {
@@ -295,6 +310,7 @@ impl Prometheus {
             prompt_tokens_tail: prompts.quantile,
             output_token_rate: self.rate(now, rate_window, |s| s.generation_tokens),
             running: self.gauge_sum(|s| s.running),
+            running_mean: self.gauge_mean_sum(now, rate_window, |s| s.running),
             waiting: self.gauge_sum(|s| s.waiting),
             queued_prompt_tokens: self.gauge_sum(|s| s.queued_prompt_tokens),
             kv_usage: self.gauge_sum(|s| s.kv_usage).map(|k| k / live.max(1) as f64),

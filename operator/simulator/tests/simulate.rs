@@ -327,9 +327,10 @@ fn vllm_config() -> SimConfig {
 
 /// A vLLM deployment on the held-out flash crowd (`docs/vllm.md`, one hour, seed 1): with batch
 /// settings that roll the pods and a 110 s pod start, Pacer holds at least llm-d's windows
-/// (81.7 % against 76.7 %) for fewer replica-seconds, and the planner given no profile (it
-/// learns the steps from the metrics, as it must for vLLM) holds as many windows as the profiled
-/// one. The step trace's figures are in the same table (about 80 s more here, so not run in CI).
+/// (81.7 % against 76.7 %) for fewer replica-seconds, and so does the planner given no profile
+/// (it learns the steps from the metrics, as it must for vLLM; 76.7 % at 1.68× the bound against
+/// llm-d's 1.74×). The step trace's figures are in the same table (about 80 s more here, so not
+/// run in CI).
 #[test]
 fn on_vllm_the_planner_holds_the_flash_crowd_with_slow_batch_levers_and_no_profile() {
     let c = vllm_config();
@@ -345,7 +346,12 @@ fn on_vllm_the_planner_holds_the_flash_crowd_with_slow_batch_levers_and_no_profi
     println!("pacer {}; pacer-online {}; llm-d {}", line(&pacer), line(&online), line(&llmd));
     assert!(pacer.attainment >= llmd.attainment, "{} vs llm-d's {}", pacer.attainment, llmd.attainment);
     assert!(pacer.replica_seconds <= llmd.replica_seconds, "more replica-seconds than llm-d");
-    assert!(online.attainment >= pacer.attainment - 0.05, "online {}", online.attainment);
+    assert!(
+        online.attainment >= llmd.attainment,
+        "online {} vs llm-d's {}",
+        online.attainment,
+        llmd.attainment
+    );
     assert!(online.replica_seconds <= llmd.replica_seconds, "online: more replica-seconds than llm-d");
     assert_eq!((pacer.failed, online.failed), (0, 0));
 }

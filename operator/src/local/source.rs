@@ -177,7 +177,7 @@ impl Ring {
         let mut counters = [None::<f64>; 3];
         let mut rate_span: f64 = 0.0;
         let (mut running, mut waiting, mut kv, mut reporting) = (None::<f64>, None::<f64>, Vec::new(), 0.0);
-        let (mut short_rate, mut queued) = (None::<f64>, None::<f64>);
+        let (mut short_rate, mut queued, mut running_mean) = (None::<f64>, None::<f64>, None::<f64>);
         let short_window = SHORT_RATE_WINDOW.min(rate_window);
         for s in self.series.values() {
             let Some(last) = s.scrapes.last() else { continue };
@@ -206,6 +206,17 @@ impl Ring {
                         *total = Some(total.unwrap_or(0.0) + increase / span);
                     }
                 }
+            }
+            // `avg_over_time` of the gauge over the rate window, as the operator asks Prometheus.
+            let seen: Vec<f64> = s
+                .scrapes
+                .iter()
+                .filter(|x| x.at > now - rate_window && x.at <= now)
+                .filter_map(|x| x.running)
+                .collect();
+            if !seen.is_empty() {
+                running_mean =
+                    Some(running_mean.unwrap_or(0.0) + seen.iter().sum::<f64>() / seen.len() as f64);
             }
             if let Some(base) = s.baseline(now - short_window) {
                 let span = last.at - base.at;
@@ -239,6 +250,7 @@ impl Ring {
             prompt_token_rate: counters[1],
             output_token_rate: counters[2],
             running,
+            running_mean,
             waiting,
             queued_prompt_tokens: queued,
             kv_usage: (!kv.is_empty()).then(|| kv.iter().sum::<f64>() / kv.len() as f64),
@@ -404,6 +416,8 @@ mod tests {
         let rate = w.metrics.request_rate.expect("rate");
         assert!((rate - (20.0 / 60.0 + 20.0 / 30.0)).abs() < 1e-9, "{rate}");
         assert_eq!(w.metrics.running, Some(2.0));
+        // One scrape of each replica in the rate window, running 1 each.
+        assert_eq!(w.metrics.running_mean, Some(2.0));
         assert_eq!(w.metrics.waiting, Some(4.0));
         assert_eq!(w.metrics.kv_usage, Some(0.5));
         assert_eq!(w.metrics.reporting_replicas, Some(2.0));
@@ -435,6 +449,18 @@ mod tests {
         // Long after, it is forgotten.
         ring.retain_live(&[1], 100.0);
         assert!(!ring.series.contains_key(&0));
+    }
+
+    #[test]
+    fn the_running_mean_averages_the_gauge_over_the_rate_window() {
+        let mut ring = Ring::new(600.0);
+        // Quiet scrapes, then a batch of 8 caught by the newest: the gauge says 8, the window 2.
+        for (t, running) in [(0.0, 5.0), (10.0, 0.0), (20.0, 0.0), (30.0, 0.0), (40.0, 8.0)] {
+            ring.push(0, 0.0, Scrape { running: Some(running), ..scrape(t, [0.0; 4], 0.0) });
+        }
+        let w = ring.windowed(40.0, 0.95, 35.0, 35.0);
+        assert_eq!(w.metrics.running, Some(8.0));
+        assert_eq!(w.metrics.running_mean, Some(2.0), "the scrapes at 10, 20, 30 and 40");
     }
 
     #[test]

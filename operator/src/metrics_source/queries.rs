@@ -100,6 +100,11 @@ pub enum Measure {
     },
     /// Running sequences, summed over replicas.
     Running,
+    /// Running sequences averaged over the rate window, summed over replicas.
+    RunningMean {
+        /// The rate window in milliseconds.
+        window_ms: u64,
+    },
     /// Waiting requests, summed over replicas.
     Waiting,
     /// Prompt tokens not yet prefilled, summed over replicas (Pacer's engine only).
@@ -200,6 +205,11 @@ pub fn promql(measure: Measure) -> String {
             )
         }
         Measure::Running => format!("sum by ({g}) ({})", engine("vllm:num_requests_running")),
+        Measure::RunningMean { window_ms } => format!(
+            "sum by ({g}) (avg_over_time({}[{}]))",
+            engine("vllm:num_requests_running"),
+            duration(window_ms)
+        ),
         Measure::Waiting => format!("sum by ({g}) ({})", engine("vllm:num_requests_waiting")),
         Measure::QueuedPromptTokens => {
             format!("sum by ({g}) ({})", engine("pacer_engine_queued_prompt_tokens"))
@@ -251,6 +261,7 @@ pub fn plan(requests: &[WindowRequest]) -> Vec<Query> {
         measures.insert(Measure::PromptTokenRate { window_ms: rate_ms });
         measures.insert(Measure::PromptTokensQuantile { quantile_ppm, window_ms });
         measures.insert(Measure::OutputTokenRate { window_ms: rate_ms });
+        measures.insert(Measure::RunningMean { window_ms: rate_ms });
     }
     if !requests.is_empty() {
         measures.extend([
@@ -323,6 +334,7 @@ pub fn assemble(
             prompt_tokens_tail: value(Measure::PromptTokensQuantile { quantile_ppm, window_ms }, key),
             output_token_rate: value(Measure::OutputTokenRate { window_ms: rate_ms }, key),
             running: value(Measure::Running, key),
+            running_mean: value(Measure::RunningMean { window_ms: rate_ms }, key),
             waiting: value(Measure::Waiting, key),
             queued_prompt_tokens: value(Measure::QueuedPromptTokens, key),
             kv_usage: value(Measure::KvUsage, key),
@@ -393,14 +405,15 @@ mod tests {
             (0..500).map(|i| request(&format!("ns{}", i % 7), &format!("s{i}"), 0.95, 300.0)).collect();
         assert_eq!(plan(&many), one);
         // 3 percentiles + 3 sample counts + 3 rates + the short request rate + the prompt
-        // length's percentile + 6 gauges + 3 settings' least and greatest.
-        assert_eq!(one.len(), 23);
+        // length's percentile + the running gauge's mean over the rate window + 6 gauges + 3
+        // settings' least and greatest.
+        assert_eq!(one.len(), 24);
         // A second percentile on the same window adds its 3 percentiles and its prompt-length
         // percentile; a second window adds those 4 and 3 counts.
         let two_q = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.99, 300.0)]);
-        assert_eq!(two_q.len(), 27);
+        assert_eq!(two_q.len(), 28);
         let two_w = plan(&[request("a", "x", 0.95, 300.0), request("a", "y", 0.95, 120.0)]);
-        assert_eq!(two_w.len(), 30);
+        assert_eq!(two_w.len(), 31);
         assert!(plan(&[]).is_empty());
     }
 
@@ -408,6 +421,10 @@ mod tests {
     fn queries_group_by_service_and_match_the_metric_contract() {
         let queries = plan(&[request("a", "x", 0.95, 300.0)]);
         let text: Vec<&str> = queries.iter().map(|q| q.promql.as_str()).collect();
+        assert!(text.contains(
+            &"sum by (namespace, inferenceservice) \
+              (avg_over_time(vllm:num_requests_running{job=\"pacer-engines\"}[60s]))"
+        ));
         assert!(text.contains(
             &"histogram_quantile(0.95, sum by (namespace, inferenceservice, le) \
               (rate(vllm:time_to_first_token_seconds_bucket{job=\"pacer-engines\"}[300s])))"
@@ -469,6 +486,7 @@ mod tests {
             (n(Latency::E2e), "busy", 120.0),
             (Measure::RequestRate { window_ms: 60_000 }, "busy", 2.0),
             (Measure::Running, "busy", 5.0),
+            (Measure::RunningMean { window_ms: 60_000 }, "busy", 3.5),
             (Measure::Replicas, "busy", 2.0),
             (Measure::NewestSample, "busy", 1000.0),
             // Mid-rollout of a batch change: one replica runs 8, the other 16.
@@ -489,6 +507,7 @@ mod tests {
         assert_eq!(busy.itl.seconds(), Some(0.03));
         assert_eq!(busy.e2e, Quantile::Missing);
         assert_eq!((busy.request_rate, busy.running, busy.waiting), (Some(2.0), Some(5.0), None));
+        assert_eq!(busy.running_mean, Some(3.5), "the window's mean beside the gauge of now");
         assert_eq!(busy.reporting_replicas, Some(2.0));
         let applied = busy.applied;
         assert_eq!(applied.max_batch_size, Some(Span { least: 8.0, greatest: 16.0 }));

@@ -293,6 +293,8 @@ async fn a_recorded_vllm_exposition_reads_as_computed_by_hand() {
     close(m.output_token_rate.unwrap(), 30_000.0 / window, "generation token rate");
     // Summed over the two replicas, without the forged series of the tenant's job.
     assert_eq!((m.running, m.waiting), (Some(7.0), Some(2.0)), "summed over replicas");
+    // `avg_over_time` over the rate window: the scrapes at zero before the load and the one at 7.
+    assert!(m.running_mean.is_some_and(|r| r > 0.0 && r < 7.0), "running mean {:?}", m.running_mean);
     close(m.kv_usage.unwrap(), 0.21, "KV usage averaged over replicas");
     assert_eq!(m.reporting_replicas, Some(2.0));
     // A service Prometheus has no series for is missing, with the reason.

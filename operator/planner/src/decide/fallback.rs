@@ -86,12 +86,17 @@ impl Tick<'_> {
             if s.enforce {
                 history.pending_scale_up = Some((next, self.now));
             }
+            let basis = if self.model.step(cur.tier).is_some() {
+                "where the model predicted it would hold"
+            } else {
+                "with no step model to size by (no profile, or an online fit that does not explain the window)"
+            };
             return self.finish(
                 history,
                 Levers { replicas: next, ..cur },
                 reason,
                 format!(
-                    "violated at {} of target where the model predicted it would hold: replicas {} → {next}",
+                    "violated at {} of target {basis}: replicas {} → {next}",
                     pct(verdict.worst()),
                     cur.replicas
                 ),

@@ -31,6 +31,7 @@
 
 mod changes;
 mod fallback;
+mod learn;
 mod signals;
 
 pub use changes::lever_changes;
@@ -42,7 +43,7 @@ use super::forecast::{Forecast, RATE_WINDOW};
 use super::levers::{Direction, Lever, Levers};
 use super::observation::{Freshness, Observation, Quantile, Seconds};
 use super::spec::PlannerSpec;
-use super::{Decision, History, Reason, SlaState, correction_for, correction_key};
+use super::{Decision, History, Reason, SlaState, correction_for};
 
 /// Weight of the newest ratio in the smoothed signal (reported, and the headroom test of an
 /// unprofiled service).
@@ -133,8 +134,8 @@ pub fn decide(
     let growth = signals::in_flight_growth(observation, &history);
     note(observation, &mut history);
     // A tier no profile covers: learn its steps from this window, and predict with the fit
-    // once it is ready.
-    let learnt = tick.learn_steps(&mut history).then(|| model.with_online(&history.online));
+    // once it is ready and has explained a still window (below).
+    let learnt = tick.learn_steps(&mut history).then(|| model.with_online(&history.online, false));
     let tick = match &learnt {
         Some(m) => Tick { model: m, spec, obs: observation, current: tick.current, now },
         None => tick,
@@ -164,6 +165,14 @@ pub fn decide(
         history.violating_since = None;
     }
     tick.learn(&mut history);
+    let checked = learnt.as_ref().map(|_| {
+        tick.check_fit(&mut history);
+        model.with_online(&history.online, true)
+    });
+    let tick = match &checked {
+        Some(m) => Tick { model: m, ..tick },
+        None => tick,
+    };
     signals::remember(observation, &mut history, spec.scale_down_stabilization, now);
     if sla == SlaState::Met {
         signals::carried(observation, tick.current, &mut history);
@@ -279,55 +288,6 @@ impl Tick<'_> {
         let current_capacity =
             choose::per_replica(self.spec, self.model, history, &self.current, &shape, MARGIN).unwrap_or(0.0);
         Some(Plan { forecast, shape, up, down, current_capacity, need_up, need_down })
-    }
-
-    /// Adds this window's mean step to the online fit of the current tier when no profile covers
-    /// it, every replica is ready and no rollout is under way (the window would mix two tiers).
-    /// Returns whether the model needs the online fits (some allowed tier has no profile).
-    fn learn_steps(&self, history: &mut History) -> bool {
-        let unprofiled = |t: &crate::Tier| self.model.step(*t).is_none();
-        if !self.spec.tiers.iter().any(unprofiled) && !unprofiled(&self.current.tier) {
-            return false;
-        }
-        let ready = self.obs.ready_replicas >= self.current.replicas;
-        if unprofiled(&self.current.tier)
-            && ready
-            && !self.in_cooldown(history)
-            && let Some(sample) =
-                crate::online::StepSample::from_metrics(&self.obs.metrics, self.current.replicas)
-        {
-            history.online.entry(self.current.tier.as_str().to_string()).or_default().add(sample);
-        }
-        true
-    }
-
-    /// Updates the correction of the current configuration from this observation, when the
-    /// levers have been still for a whole window (else the window mixes two configurations).
-    fn learn(&self, history: &mut History) {
-        let still_since = history.last_change.values().copied().fold(f64::NEG_INFINITY, f64::max);
-        if self.now - still_since < self.spec.window || self.obs.ready_replicas < self.current.replicas {
-            return;
-        }
-        let Some(load) = Workload::from_metrics(&self.obs.metrics) else { return };
-        let config = engine_config(&self.current, self.spec);
-        let Some(p) = self.model.predict(&config, self.current.replicas, &load, self.spec.quantile()) else {
-            return;
-        };
-        if !p.stable() {
-            return;
-        }
-        let start = correction_for(history, &config);
-        let entry = history.correction.entry(correction_key(&config)).or_insert(start);
-        let update = |old: f64, observed: Option<f64>, predicted: f64| match observed {
-            Some(o) if predicted > 0.0 => {
-                let ratio = (o / predicted).clamp(0.25, 4.0);
-                let rate = if ratio > old { LEARNING_RATE_UP } else { LEARNING_RATE };
-                (1.0 - rate) * old + rate * ratio
-            }
-            _ => old,
-        };
-        entry.ttft = update(entry.ttft, self.obs.metrics.ttft.seconds(), p.ttft);
-        entry.itl = update(entry.itl, self.obs.metrics.itl.seconds(), p.itl);
     }
 
     /// Seconds since any lever last moved.
