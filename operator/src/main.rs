@@ -112,16 +112,18 @@ struct RunArgs {
 
 fn main() -> Result<()> {
     let Cli { log_format, command } = Cli::parse();
-    match &command {
+    // One logging setup for every subcommand, as for the other binaries.
+    let log_target = match &command {
         // The live view owns the terminal: logs go to a file beside the report.
         #[cfg(feature = "local")]
         Command::Local(args) if std::io::IsTerminal::is_terminal(&std::io::stdout()) => {
             std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
             let log = std::fs::File::create(args.out.join("local.log")).context("creating local.log")?;
-            init_logging(log_format, Some(log));
+            LogTarget::File(log)
         }
-        _ => init_logging(log_format, None),
-    }
+        _ => LogTarget::Stderr,
+    };
+    pacer_cli::init_logging(log_format, "info", log_target);
     match command {
         Command::Crd => {
             print!("{}", pacer_operator::crd_yaml());
@@ -292,13 +294,6 @@ fn host_name() -> String {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "pacer-operator".into());
     format!("{host}_{}", std::process::id())
-}
-
-/// One logging setup for every subcommand (`pacer_cli`'s, as for the other binaries): to stderr,
-/// or, when local mode's live view owns the terminal, to a file without colour.
-fn init_logging(format: LogFormat, file: Option<std::fs::File>) {
-    let target = file.map_or(LogTarget::Stderr, LogTarget::File);
-    pacer_cli::init_logging(format, "info", target);
 }
 
 #[cfg(test)]

@@ -33,54 +33,40 @@ impl Tick<'_> {
         self.still_for(history) >= self.spec.window && self.obs.ready_replicas >= self.current.replicas
     }
 
-    /// Updates the correction of the current configuration from this observation, when the
-    /// window is [`Tick::settled`].
+    /// On a [`Tick::settled`] window: updates the correction of the current configuration
+    /// (observed / predicted), then checks the online fit of the tier running, if it has one,
+    /// against the window with that correction: the fit is used only while its corrected
+    /// percentiles come near the measured ones ([`crate::online::StepFit::check`]).
     pub(super) fn learn(&self, history: &mut History) {
         if !self.settled(history) {
             return;
         }
-        let Some(load) = Workload::from_metrics(&self.obs.metrics) else { return };
-        let config = engine_config(&self.current, self.spec);
-        let Some(p) = self.model.predict(&config, self.current.replicas, &load, self.spec.quantile()) else {
-            return;
-        };
-        if !p.stable() {
-            return;
-        }
-        let start = correction_for(history, &config);
-        let entry = history.correction.entry(correction_key(&config)).or_insert(start);
-        let update = |old: f64, observed: Option<f64>, predicted: f64| match observed {
-            Some(o) if predicted > 0.0 => {
-                let ratio = (o / predicted).clamp(0.25, 4.0);
-                let rate = if ratio > old { LEARNING_RATE_UP } else { LEARNING_RATE };
-                (1.0 - rate) * old + rate * ratio
-            }
-            _ => old,
-        };
-        entry.ttft = update(entry.ttft, self.obs.metrics.ttft.seconds(), p.ttft);
-        entry.itl = update(entry.itl, self.obs.metrics.itl.seconds(), p.itl);
-    }
-
-    /// Checks the online fit of the tier running against this window, when it is
-    /// [`Tick::settled`]: the fit is used only while its corrected percentiles for the
-    /// configuration running come near the measured ones ([`crate::online::StepFit::check`]).
-    pub(super) fn check_fit(&self, history: &mut History) {
-        let tier = self.current.tier.as_str();
-        if !self.settled(history) || !history.online.get(tier).is_some_and(|f| f.ready()) {
-            return;
-        }
         let m = &self.obs.metrics;
-        let (Some(ttft), Some(itl), Some(load)) =
-            (m.ttft.seconds(), m.itl.seconds(), Workload::from_metrics(m))
-        else {
-            return;
-        };
+        let Some(load) = Workload::from_metrics(m) else { return };
         let config = engine_config(&self.current, self.spec);
         let Some(p) = self.model.predict(&config, self.current.replicas, &load, self.spec.quantile()) else {
             return;
         };
+        if p.stable() {
+            let start = correction_for(history, &config);
+            let entry = history.correction.entry(correction_key(&config)).or_insert(start);
+            let update = |old: f64, observed: Option<f64>, predicted: f64| match observed {
+                Some(o) if predicted > 0.0 => {
+                    let ratio = (o / predicted).clamp(0.25, 4.0);
+                    let rate = if ratio > old { LEARNING_RATE_UP } else { LEARNING_RATE };
+                    (1.0 - rate) * old + rate * ratio
+                }
+                _ => old,
+            };
+            entry.ttft = update(entry.ttft, m.ttft.seconds(), p.ttft);
+            entry.itl = update(entry.itl, m.itl.seconds(), p.itl);
+        }
         let c = correction_for(history, &config);
-        if let Some(fit) = history.online.get_mut(tier) {
+        if let (Some(fit), Some(ttft), Some(itl)) = (
+            history.online.get_mut(self.current.tier.as_str()).filter(|f| f.ready()),
+            m.ttft.seconds(),
+            m.itl.seconds(),
+        ) {
             fit.check((c.ttft * p.ttft, c.itl * p.itl), (ttft, itl));
         }
     }

@@ -165,10 +165,7 @@ pub fn decide(
         history.violating_since = None;
     }
     tick.learn(&mut history);
-    let checked = learnt.as_ref().map(|_| {
-        tick.check_fit(&mut history);
-        model.with_online(&history.online, true)
-    });
+    let checked = learnt.as_ref().map(|_| model.with_online(&history.online, true));
     let tick = match &checked {
         Some(m) => Tick { model: m, ..tick },
         None => tick,
