@@ -49,6 +49,7 @@ report() {
   local rc=$?
   # A failure ends the builds still running beside it, with every process they started.
   for pid in "${background[@]}"; do kill_tree "$pid"; done
+  [ -n "${beside_logs:-}" ] && rm -rf "$beside_logs"
   finish_step
   printf '\n==> step durations\n'
   printf '%s\n' "${timings[@]}"

@@ -646,13 +646,10 @@ fn serve(args: ServeArgs) -> Result<()> {
             }
             None => None,
         };
-        pacer_engine::server::serve_with_probes(
-            listener,
-            probes,
-            server,
-            config.drain_timeout,
-            pacer_engine::server::shutdown_signal(),
-        )
+        pacer_engine::server::serve_with_probes(listener, probes, server, config.drain_timeout, async {
+            let how = pacer_cli::stop_signal().await;
+            tracing::info!(signal = how, "stopping");
+        })
         .await?;
         anyhow::Ok(())
     });

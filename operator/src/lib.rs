@@ -15,7 +15,6 @@
 //! - [`sla`]: the planner inside a reconcile.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles
 //!   (the `pacer-planner` crate, re-exported).
-//! - [`signal`]: Ctrl-C and SIGTERM.
 //! - [`telemetry`]: the operator's metrics and health endpoints.
 #![forbid(unsafe_code)]
 // Output goes through `tracing` or a returned value; a print in a library is a leftover.
@@ -31,7 +30,6 @@ pub mod local;
 pub mod metrics_source;
 pub mod observer;
 pub mod scope;
-pub mod signal;
 pub mod sla;
 pub mod status;
 pub mod telemetry;

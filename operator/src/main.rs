@@ -216,7 +216,7 @@ async fn run(args: RunArgs) -> Result<()> {
         metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
         tokio::select! {
             acquired = elector.acquire() => acquired?,
-            _ = pacer_operator::signal::stop_signal() => return Ok(()),
+            _ = pacer_cli::stop_signal() => return Ok(()),
         }
         metrics.leader.set(1);
         leadership = elector.leadership();
@@ -236,7 +236,7 @@ async fn run(args: RunArgs) -> Result<()> {
     let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<bool>();
     let shutdown = async move {
         let lost_leadership = tokio::select! {
-            _ = pacer_operator::signal::stop_signal() => false,
+            _ = pacer_cli::stop_signal() => false,
             _ = lost => true,
         };
         let _ = lost_tx.send(lost_leadership);

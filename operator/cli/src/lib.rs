@@ -4,10 +4,12 @@
 //!   for all three, so one log pipeline reads them), to stderr coloured only on a terminal and
 //!   never under `NO_COLOR`, or to a file without colour;
 //! - Pacer's cache, and where `scripts/fetch-model.sh` puts the default model in it;
-//! - the check, for each binary's tests, that every flag has an environment twin.
+//! - the check, for each binary's tests, that every flag has an environment twin;
+//! - the stop signal: Ctrl-C or SIGTERM, on which the engine drains, the controller hands its
+//!   work back and local mode stops its replicas.
 //!
-//! A leaf crate (clap and tracing-subscriber only), so the operator links no engine code
-//! through it.
+//! A leaf crate (clap, tracing-subscriber and tokio's signals only), so the operator links no
+//! engine code through it.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -72,6 +74,29 @@ pub fn default_model_path() -> Option<PathBuf> {
     Some(cache_dir()?.join("models").join(DEFAULT_MODEL_FILE))
 }
 
+/// Resolves when Ctrl-C or SIGTERM arrives, and says which, for the log line that follows.
+/// Where SIGTERM cannot be watched, Ctrl-C still stops. Both handlers are installed at the
+/// first poll; from then on the signal no longer ends the process by itself.
+pub async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    #[cfg(unix)]
+    let terminated = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminated = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "interrupted (Ctrl-C)",
+        () = terminated => "terminated (SIGTERM)",
+    }
+}
+
 /// The flags of `cmd` and its subcommands that have no environment twin, as
 /// `"binary subcommand --flag"`; `--help` and `--version` need none.
 pub fn flags_without_env(cmd: &mut clap::Command) -> Vec<String> {
@@ -109,6 +134,33 @@ mod tests {
         assert_eq!(flags_without_env(&mut cmd), ["pacer-x serve --threads"]);
         let mut twinned = Command::new("pacer-y").arg(Arg::new("port").long("port").env("PACER_Y_PORT"));
         assert!(flags_without_env(&mut twinned).is_empty());
+    }
+
+    /// SIGTERM, sent to this very process once the handler is installed, resolves the future
+    /// (and does not end the test binary).
+    #[cfg(unix)]
+    #[test]
+    fn sigterm_resolves_the_stop_signal_and_is_named() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let how = runtime.block_on(async {
+            let stop = stop_signal();
+            tokio::pin!(stop);
+            // The first poll installs the handlers; nothing has arrived yet.
+            tokio::select! {
+                biased;
+                how = &mut stop => panic!("stopped before any signal: {how}"),
+                () = tokio::task::yield_now() => {}
+            }
+            let sent = std::process::Command::new("kill")
+                .args(["-TERM", &std::process::id().to_string()])
+                .status()
+                .expect("running kill");
+            assert!(sent.success());
+            tokio::time::timeout(std::time::Duration::from_secs(10), stop)
+                .await
+                .expect("the signal within 10 s")
+        });
+        assert_eq!(how, "terminated (SIGTERM)");
     }
 
     #[test]

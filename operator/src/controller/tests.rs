@@ -43,7 +43,8 @@ impl Call {
 
     /// A server-side apply of a child (not a status, not an Event).
     fn is_child_apply(&self) -> bool {
-        self.method == "PATCH" && !self.resource().contains('/') && self.resource() != "events"
+        let resource = self.resource();
+        self.method == "PATCH" && !resource.contains('/') && resource != "events"
     }
 
     fn is_status(&self) -> bool {

@@ -279,7 +279,7 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
     for i in [&mut supervise, &mut scrape, &mut evaluate] {
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     }
-    let signal = crate::signal::stop_signal();
+    let signal = pacer_cli::stop_signal();
     tokio::pin!(signal);
     let ended_by = loop {
         let load_done = async {
