@@ -18,7 +18,8 @@
 //!   class: a handful of groups whatever the batch), each over its sequences' contexts gathered
 //!   by one `index_select` from their block tables, padded to a multiple of [`CONTEXT_BUCKET`]
 //!   keys (so shapes repeat from step to step) and masked (causally within a chunk, and past
-//!   each sequence's end).
+//!   each sequence's end); each RMSNorm is one fused op ([`super::candle_ops`]).
+use super::candle_ops::rms_norm;
 use super::config::LlamaConfig;
 use super::kv::BLOCK_TOKENS;
 use super::load::target_format;
@@ -589,12 +590,6 @@ impl Attention {
         };
         all.index_select(&self.order, 0)
     }
-}
-
-/// `x · w / sqrt(mean(x²) + eps)` per row.
-fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
-    let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-    x.broadcast_div(&(ms + f64::from(eps))?.sqrt()?)?.broadcast_mul(w)
 }
 
 /// Rotates each head's pairs `(x[2i], x[2i+1])` by the row's angle `i` (llama's RoPE on the

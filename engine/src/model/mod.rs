@@ -7,6 +7,7 @@
 //! the step — scheduling, KV block accounting and prefix cache, sampling — is shared.
 
 mod candle_backend;
+mod candle_ops;
 mod config;
 mod forward;
 mod kv;
