@@ -2,6 +2,7 @@
 # Builds `pacer-engine --features cuda` with the CUDA toolkit from PyPI (scripts/setup-cuda.sh)
 # and smoke-runs the binary on a machine without a GPU, against the toolkit's libraries and
 # the driver stub, as on a GPU node with no GPU assigned:
+#   - the code behind the feature passes clippy;
 #   - it links the CUDA libraries candle uses (driver, cuBLAS, cuRAND, runtime);
 #   - `--device cuda` fails with a clear error, not a crash;
 #   - `--device candle-cpu` (the candle backend) answers a chat on the real model;
@@ -25,6 +26,8 @@ CUDA_HOME=$(scripts/setup-cuda.sh)
 export CUDA_HOME PATH="$CUDA_HOME/bin:$PATH"
 
 # A profile of its own (Cargo.toml: cuda-check), so this binary never replaces the release one.
+# The code behind the feature (the fused ops' CUDA launches) gets the lints the rest gets.
+cargo clippy --profile cuda-check --locked -p pacer-engine --features cuda -- -D warnings
 cargo build --profile cuda-check --locked -p pacer-engine --features cuda
 bin="$CARGO_TARGET_DIR/cuda-check/pacer-engine"
 export LD_LIBRARY_PATH="$CUDA_HOME/lib/stubs:$CUDA_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -18,8 +18,8 @@
 //!   class: a handful of groups whatever the batch), each over its sequences' contexts gathered
 //!   by one `index_select` from their block tables, padded to a multiple of [`CONTEXT_BUCKET`]
 //!   keys (so shapes repeat from step to step) and masked (causally within a chunk, and past
-//!   each sequence's end); each RMSNorm is one fused op ([`super::candle_ops`]).
-use super::candle_ops::rms_norm;
+//!   each sequence's end); each RMSNorm and each layer's RoPE is one fused op ([`super::candle_ops`]).
+use super::candle_ops::{rms_norm, rope};
 use super::config::LlamaConfig;
 use super::kv::BLOCK_TOKENS;
 use super::load::target_format;
@@ -181,8 +181,9 @@ impl SeqRows<'_> {
 
 /// A matrix in its tier's format, still in host memory.
 enum HostMatrix {
-    /// Quantized blocks, row after row.
-    Blocks(QTensor),
+    /// Quantized blocks, row after row (boxed: with the `cuda` feature a `QTensor` is far larger
+    /// than a `Tensor`).
+    Blocks(Box<QTensor>),
     /// Dense f32 (the `f32` tier).
     Dense(Tensor),
 }
@@ -195,9 +196,9 @@ impl HostMatrix {
         Ok(if format == Format::F32 {
             HostMatrix::Dense(t.dequantize(&Device::Cpu)?)
         } else if t.dtype() == want {
-            HostMatrix::Blocks(t)
+            HostMatrix::Blocks(Box::new(t))
         } else {
-            HostMatrix::Blocks(QTensor::quantize(&t.dequantize(&Device::Cpu)?, want)?)
+            HostMatrix::Blocks(Box::new(QTensor::quantize(&t.dequantize(&Device::Cpu)?, want)?))
         })
     }
 
@@ -233,7 +234,7 @@ impl HostMatrix {
                     }
                 }
                 let storage = QStorage::from_data(std::borrow::Cow::Owned(bytes), &Device::Cpu, dtype)?;
-                Ok(Some(HostMatrix::Blocks(QTensor::new(storage, (rows, columns[0]))?)))
+                Ok(Some(HostMatrix::Blocks(Box::new(QTensor::new(storage, (rows, columns[0]))?))))
             }
             [] => Ok(None),
         }
@@ -243,7 +244,7 @@ impl HostMatrix {
     fn place(self, device: &Device) -> Result<(QMatMul, usize), EngineError> {
         let m = match self {
             HostMatrix::Dense(t) => QMatMul::Tensor(t.to_device(device)?),
-            HostMatrix::Blocks(t) if t.device().same_device(device) => QMatMul::from_qtensor(t)?,
+            HostMatrix::Blocks(t) if t.device().same_device(device) => QMatMul::from_qtensor(*t)?,
             HostMatrix::Blocks(t) => {
                 // Same blocks, other device: move the bytes as they are.
                 let (shape, dtype) = (t.shape().clone(), t.dtype());
@@ -592,20 +593,6 @@ impl Attention {
     }
 }
 
-/// Rotates each head's pairs `(x[2i], x[2i+1])` by the row's angle `i` (llama's RoPE on the
-/// GGUF's pre-permuted q/k, as [`crate::kernels::rope_in_place`]); `x` is `(rows, heads·hd)`.
-fn rope(x: &Tensor, heads: usize, hd: usize, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-    let rows = x.dim(0)?;
-    let half = hd / 2;
-    let x = x.reshape((rows, heads, half, 2))?;
-    let (a, b) = (x.narrow(3, 0, 1)?, x.narrow(3, 1, 1)?);
-    let c = cos.reshape((rows, 1, half, 1))?;
-    let s = sin.reshape((rows, 1, half, 1))?;
-    let ra = (a.broadcast_mul(&c)? - b.broadcast_mul(&s)?)?;
-    let rb = (a.broadcast_mul(&s)? + b.broadcast_mul(&c)?)?;
-    Tensor::cat(&[ra, rb], 3)?.reshape((rows, heads * hd))
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{Backend, Model, read_content};
@@ -690,9 +677,10 @@ mod tests {
         let m = tracked_model();
         let decode_only: Vec<usize> = [1, 8, 64].iter().map(|&b| ops(&m, b, 0)).collect();
         assert!(decode_only[0] > m.config.layers * 10, "the graph was recorded: {decode_only:?}");
-        // At batch 1 a permute of size-1 axes leaves a tensor contiguous and candle skips the
-        // copy after it (one op per layer fewer, no kernel); from batch 8 on the count is flat.
-        let flat = |n: &[usize]| n[0] <= n[1] && n[1] == n[2] && n[1] - n[0] <= m.config.layers;
+        // At batch 1 a permute of size-1 axes, and the q|k columns of the one row, are already
+        // contiguous, and candle skips the copy after each (two ops per layer fewer, no
+        // kernel); from batch 8 on the count is flat.
+        let flat = |n: &[usize]| n[0] <= n[1] && n[1] == n[2] && n[1] - n[0] <= 2 * m.config.layers;
         assert!(flat(&decode_only), "decode steps at batch 1, 8, 64: {decode_only:?}");
         let mixed: Vec<usize> = [1, 8, 64].iter().map(|&b| ops(&m, b, 24)).collect();
         assert!(flat(&mixed), "with a prompt chunk beside them: {mixed:?}");

@@ -4,11 +4,15 @@
 //! - [`rms_norm`]: `x · w / sqrt(mean(x²) + eps)` per row in one op (eight nodes of the step's
 //!   graph as candle tensor ops: square, mean, add, sqrt, divide, multiply). On CUDA it launches candle's own compiled
 //!   `rmsnorm_f32` kernel (one block per row, f32 accumulation); on candle's CPU device it is a
-//!   loop over the rows, which the candle-cpu tests hold to the composed form.
+//!   loop over the rows, which the candle-cpu tests hold to the composed form;
+//! - [`rope`]: every row's q and k heads turned at the row's own position in one op (eleven
+//!   nodes as candle tensor ops: reshapes, narrows, four multiplies, an add, a subtract and a
+//!   concatenation). On CUDA it launches candle's compiled `rope_i_f32` (the interleaved form,
+//!   with one cos/sin row per batch entry: here a batch entry is a row, each at its position).
 //!
 //! Anything the fused op does not take (a dtype other than f32, a strided input) goes through
 //! the composed ops, which give the same numbers.
-use candle_core::{CpuStorage, CustomOp2, D, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, D, DType, Layout, Shape, Tensor};
 use std::ops::Range;
 
 /// `x · w / sqrt(mean(x²) + eps)` over the last axis of `x`; `w` has that axis's length.
@@ -48,7 +52,7 @@ impl Operands {
             candle_core::bail!("rms_norm: both inputs must be contiguous")
         };
         let d = l1.dims().last().copied().unwrap_or(0);
-        if d == 0 || w1 - w0 != d || (x1 - x0) % d != 0 {
+        if d == 0 || w1 - w0 != d || !(x1 - x0).is_multiple_of(d) {
             candle_core::bail!("rms_norm: a weight of {} for rows of {d}", w1 - w0)
         }
         Ok(Operands { d, x: x0..x1, w: w0..w1 })
@@ -121,6 +125,161 @@ impl CustomOp2 for RmsNorm {
     }
 }
 
+/// Rotates each head's pairs `(x[2i], x[2i+1])` of each row by that row's angle `i` (llama's
+/// RoPE on the GGUF's pre-permuted q/k, as [`crate::kernels::rope_in_place`]): `x` is
+/// `(rows, heads·hd)`, `cos` and `sin` are `(rows, hd/2)`, gathered at each row's position.
+pub(crate) fn rope(
+    x: &Tensor,
+    heads: usize,
+    hd: usize,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let all_f32 = [x, cos, sin].iter().all(|t| t.dtype() == DType::F32);
+    let (rows, width) = x.dims2()?;
+    if all_f32
+        && width == heads * hd
+        && hd.is_multiple_of(2)
+        && cos.dims2()? == (rows, hd / 2)
+        && sin.dims2()? == (rows, hd / 2)
+    {
+        let x = x.contiguous()?;
+        x.apply_op3(&cos.contiguous()?, &sin.contiguous()?, Rope { hd })
+    } else {
+        rope_composed(x, heads, hd, cos, sin)
+    }
+}
+
+/// The same rotation as candle tensor ops: the reference the fused op is tested against, and
+/// the path for inputs it does not take.
+pub(crate) fn rope_composed(
+    x: &Tensor,
+    heads: usize,
+    hd: usize,
+    cos: &Tensor,
+    sin: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let rows = x.dim(0)?;
+    let half = hd / 2;
+    let x = x.reshape((rows, heads, half, 2))?;
+    let (a, b) = (x.narrow(3, 0, 1)?, x.narrow(3, 1, 1)?);
+    let c = cos.reshape((rows, 1, half, 1))?;
+    let s = sin.reshape((rows, 1, half, 1))?;
+    let ra = (a.broadcast_mul(&c)? - b.broadcast_mul(&s)?)?;
+    let rb = (a.broadcast_mul(&s)? + b.broadcast_mul(&c)?)?;
+    Tensor::cat(&[ra, rb], 3)?.reshape((rows, heads * hd))
+}
+
+/// The fused RoPE: `x` (rows, heads·hd), `cos` and `sin` (rows, hd/2), all f32 and contiguous.
+struct Rope {
+    hd: usize,
+}
+
+/// The contiguous element range of an operand.
+fn contiguous(l: &Layout) -> candle_core::Result<Range<usize>> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(a..b),
+        None => candle_core::bail!("rope: every input must be contiguous"),
+    }
+}
+
+impl Rope {
+    /// The ranges of `x`, `cos` and `sin`, checked against each other.
+    fn operands(&self, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<[Range<usize>; 3]> {
+        let (x, c, s) = (contiguous(l1)?, contiguous(l2)?, contiguous(l3)?);
+        let rows = l1.dims().first().copied().unwrap_or(0);
+        let half = self.hd / 2;
+        if self.hd == 0
+            || !x.len().is_multiple_of(self.hd)
+            || c.len() != rows * half
+            || s.len() != rows * half
+        {
+            candle_core::bail!(
+                "rope: {} values of x, {} of cos, {} of sin for {rows} rows of head {}",
+                x.len(),
+                c.len(),
+                s.len(),
+                self.hd
+            )
+        }
+        Ok([x, c, s])
+    }
+}
+
+impl CustomOp3 for Rope {
+    fn name(&self) -> &'static str {
+        "pacer-rope"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let [x, c, s] = self.operands(l1, l2, l3)?;
+        let x = &s1.as_slice::<f32>()?[x];
+        let (cos, sin) = (&s2.as_slice::<f32>()?[c], &s3.as_slice::<f32>()?[s]);
+        let rows = l1.dims()[0];
+        let (width, half) = (x.len() / rows.max(1), self.hd / 2);
+        let mut out = vec![0f32; x.len()];
+        for (r, (row, dst)) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)).enumerate() {
+            let (cos, sin) = (&cos[r * half..(r + 1) * half], &sin[r * half..(r + 1) * half]);
+            for (head, dst) in row.chunks_exact(self.hd).zip(dst.chunks_exact_mut(self.hd)) {
+                for (i, (pair, o)) in head.chunks_exact(2).zip(dst.chunks_exact_mut(2)).enumerate() {
+                    let (a, b) = (pair[0], pair[1]);
+                    o[0] = a * cos[i] - b * sin[i];
+                    o[1] = a * sin[i] + b * cos[i];
+                }
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    #[allow(unsafe_code)]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::backend::BackendStorage;
+        use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+        use candle_core::cuda_backend::{WrapErr, kernels};
+        let [x, c, s] = self.operands(l1, l2, l3)?;
+        let (dev, len) = (s1.device(), x.len());
+        let x = s1.as_cuda_slice::<f32>()?.slice(x);
+        let cos = s2.as_cuda_slice::<f32>()?.slice(c);
+        let sin = s3.as_cuda_slice::<f32>()?.slice(s);
+        let rows = l1.dims()[0];
+        // `rope_i` over (b, h, t, d) = (rows, heads, 1, hd), with one cos/sin row per batch
+        // entry (`stride_b` = one row's values): each row turns at its own position.
+        let (bh, td, stride_b) = ((len / self.hd) as u32, self.hd as u32, (len / rows.max(1)) as u32);
+        let func = dev.get_or_load_func("rope_i_f32", &kernels::REDUCE)?;
+        // SAFETY: every element is written by the kernel below before anything reads it.
+        let dst = unsafe { dev.alloc::<f32>(len)? };
+        let mut launch = func.builder();
+        launch.arg(&x);
+        launch.arg(&cos);
+        launch.arg(&sin);
+        launch.arg(&dst);
+        launch.arg(&bh);
+        launch.arg(&td);
+        launch.arg(&stride_b);
+        // SAFETY: the arguments match `rope_i_f32(src, cos, sin, dst, bh, td, stride_b)` in
+        // candle's reduce kernels, which writes each of the len / 2 pairs once.
+        unsafe { launch.launch(LaunchConfig::for_num_elems((len / 2) as u32)) }.w()?;
+        Ok((candle_core::CudaStorage::wrap_cuda_slice(dst, dev.clone()), l1.shape().clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +332,40 @@ mod tests {
         let x64 = x.to_dtype(DType::F64).expect("f64");
         let w64 = w.to_dtype(DType::F64).expect("f64");
         assert_eq!(rms_norm(&x64, &w64, 1e-5).expect("f64").dtype(), DType::F64);
+    }
+
+    /// The fused RoPE turns each row at its own position as the composed ops do, on a strided
+    /// input (the q|k columns of a fused projection) too, and is one node where they are more.
+    #[test]
+    fn the_fused_rope_matches_the_composed_ops() {
+        let dev = Device::Cpu;
+        let (rows, heads, hd) = (5, 12, 64);
+        let qkv = Tensor::randn(0f32, 1.0, (rows, heads * hd + 3 * hd), &dev).expect("qkv");
+        let x = qkv.narrow(1, 0, heads * hd).expect("q|k");
+        assert!(!x.is_contiguous());
+        let angles = Tensor::randn(0f32, 2.0, (rows, hd / 2), &dev).expect("angles");
+        let (cos, sin) = (angles.cos().expect("cos"), angles.sin().expect("sin"));
+        let fused = rope(&x, heads, hd, &cos, &sin).expect("fused");
+        let composed = rope_composed(&x, heads, hd, &cos, &sin).expect("composed");
+        assert_eq!(fused.dims(), [rows, heads * hd]);
+        assert!(worst(&fused, &composed) <= 1e-6, "{}", worst(&fused, &composed));
+        // A row at angle zero is left as it is.
+        let still = rope(
+            &x,
+            heads,
+            hd,
+            &Tensor::ones((rows, hd / 2), DType::F32, &dev).expect("1"),
+            &Tensor::zeros((rows, hd / 2), DType::F32, &dev).expect("0"),
+        )
+        .expect("still");
+        assert!(worst(&still, &x.contiguous().expect("x")) == 0.0);
+        let v = candle_core::Var::randn(0f32, 1.0, (rows, heads * hd), &dev).expect("var");
+        let nodes = |t: Tensor| t.sorted_nodes().len();
+        let fused = nodes(rope(v.as_tensor(), heads, hd, &cos, &sin).expect("fused"));
+        let composed = nodes(rope_composed(v.as_tensor(), heads, hd, &cos, &sin).expect("composed"));
+        assert!(composed >= fused + 8, "fused {fused} nodes, composed {composed}");
+        // Tables of the wrong shape go the composed way, which refuses them.
+        assert!(rope(&x, heads, hd, &cos.narrow(0, 0, 2).expect("2 rows"), &sin).is_err());
     }
 
     /// A weight of the wrong width is an error, not a read past the end.
