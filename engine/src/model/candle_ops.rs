@@ -39,6 +39,14 @@ struct RmsNorm {
     eps: f32,
 }
 
+/// The element range of one of `op`'s operands in its storage, which must be contiguous.
+fn contiguous(op: &str, l: &Layout) -> candle_core::Result<Range<usize>> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(a..b),
+        None => candle_core::bail!("{op}: every input must be contiguous"),
+    }
+}
+
 /// Where `x` and `w` lie in their storage, and the row width.
 struct Operands {
     d: usize,
@@ -48,14 +56,12 @@ struct Operands {
 
 impl Operands {
     fn of(l1: &Layout, l2: &Layout) -> candle_core::Result<Operands> {
-        let (Some((x0, x1)), Some((w0, w1))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
-            candle_core::bail!("rms_norm: both inputs must be contiguous")
-        };
+        let (x, w) = (contiguous("rms_norm", l1)?, contiguous("rms_norm", l2)?);
         let d = l1.dims().last().copied().unwrap_or(0);
-        if d == 0 || w1 - w0 != d || !(x1 - x0).is_multiple_of(d) {
-            candle_core::bail!("rms_norm: a weight of {} for rows of {d}", w1 - w0)
+        if d == 0 || w.len() != d || !x.len().is_multiple_of(d) {
+            candle_core::bail!("rms_norm: a weight of {} for rows of {d}", w.len())
         }
-        Ok(Operands { d, x: x0..x1, w: w0..w1 })
+        Ok(Operands { d, x, w })
     }
 }
 
@@ -175,18 +181,10 @@ struct Rope {
     hd: usize,
 }
 
-/// The contiguous element range of an operand.
-fn contiguous(l: &Layout) -> candle_core::Result<Range<usize>> {
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(a..b),
-        None => candle_core::bail!("rope: every input must be contiguous"),
-    }
-}
-
 impl Rope {
     /// The ranges of `x`, `cos` and `sin`, checked against each other.
     fn operands(&self, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<[Range<usize>; 3]> {
-        let (x, c, s) = (contiguous(l1)?, contiguous(l2)?, contiguous(l3)?);
+        let (x, c, s) = (contiguous("rope", l1)?, contiguous("rope", l2)?, contiguous("rope", l3)?);
         let rows = l1.dims().first().copied().unwrap_or(0);
         let half = self.hd / 2;
         if self.hd == 0
