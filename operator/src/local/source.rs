@@ -174,10 +174,15 @@ impl Ring {
     pub fn windowed(&self, now: f64, quantile: f64, window: f64, rate_window: f64) -> Windowed {
         let newest = self.series.values().filter_map(|s| s.scrapes.last()).map(|s| s.at).reduce(f64::max);
         let mut latencies: [Option<Histogram>; 4] = [None, None, None, None];
-        let mut counters = [None::<f64>; 3];
-        let mut rate_span: f64 = 0.0;
+        // Counters' increases summed over replicas, then divided by the longest span among them,
+        // as Prometheus' `sum(rate(..))` divides each series' increase by the whole range. Each
+        // replica's own span would overstate the rate whenever traffic moves between replicas: a
+        // drained replica's last completions over its last few seconds, or a new replica's share
+        // over the part of the window since its start, beside the old one's over the whole.
+        let mut increases = [None::<f64>; 3];
+        let (mut rate_span, mut short_span): (f64, f64) = (0.0, 0.0);
         let (mut running, mut waiting, mut kv, mut reporting) = (None::<f64>, None::<f64>, Vec::new(), 0.0);
-        let (mut short_rate, mut queued, mut running_mean) = (None::<f64>, None::<f64>, None::<f64>);
+        let (mut short_increase, mut queued, mut running_mean) = (None::<f64>, None::<f64>, None::<f64>);
         let short_window = SHORT_RATE_WINDOW.min(rate_window);
         for s in self.series.values() {
             let Some(last) = s.scrapes.last() else { continue };
@@ -200,10 +205,9 @@ impl Ring {
                 let span = last.at - base.at;
                 if span > 0.0 {
                     rate_span = rate_span.max(span);
-                    for (k, total) in counters.iter_mut().enumerate() {
+                    for (k, total) in increases.iter_mut().enumerate() {
                         let (Some(a), Some(b)) = (last.counters[k], base.counters[k]) else { continue };
-                        let increase = if a >= b { a - b } else { a };
-                        *total = Some(total.unwrap_or(0.0) + increase / span);
+                        *total = Some(total.unwrap_or(0.0) + increase(a, b));
                     }
                 }
             }
@@ -221,8 +225,8 @@ impl Ring {
             if let Some(base) = s.baseline(now - short_window) {
                 let span = last.at - base.at;
                 if let (true, Some(a), Some(b)) = (span > 0.0, last.counters[0], base.counters[0]) {
-                    let increase = if a >= b { a - b } else { a };
-                    short_rate = Some(short_rate.unwrap_or(0.0) + increase / span);
+                    short_span = short_span.max(span);
+                    short_increase = Some(short_increase.unwrap_or(0.0) + increase(a, b));
                 }
             }
             if s.live {
@@ -233,6 +237,8 @@ impl Ring {
                 kv.extend(last.kv_usage);
             }
         }
+        let counters = increases.map(|i| i.map(|i| i / rate_span));
+        let short_rate = short_increase.map(|i| i / short_span);
         let quantile_of = |h: &Option<Histogram>| match h {
             Some(h) => Quantile::from_parts(h.quantile(quantile), Some(h.count)),
             None => Quantile::Missing,
@@ -259,6 +265,12 @@ impl Ring {
         };
         Windowed { newest, metrics }
     }
+}
+
+/// A counter's increase from `before` to `after`; a counter that went down was reset by a
+/// restart, and counts from zero.
+fn increase(after: f64, before: f64) -> f64 {
+    if after >= before { after - before } else { after }
 }
 
 fn sum_opt(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -412,9 +424,10 @@ mod tests {
         let w = ring.windowed(100.0, 0.95, 50.0, 50.0);
         // 40 observations: 20 in (0.1, 0.5], 20 in (0.5, 1]. rank(0.95) = 38 → 0.5 + 0.5 × 18/20.
         assert_eq!(w.metrics.ttft, Quantile::Value { seconds: 0.5 + 0.5 * 18.0 / 20.0, samples: 40.0 });
-        // Rates: replica 0 did 20 in 60 s (its baseline is the scrape at 40), replica 1 20 in 30 s.
+        // Rates: replica 0 did 20 in 60 s (its baseline is the scrape at 40), replica 1 20 in the
+        // 30 s since its start: 40 over the window's 60 s, as Prometheus' `sum(rate(..))`.
         let rate = w.metrics.request_rate.expect("rate");
-        assert!((rate - (20.0 / 60.0 + 20.0 / 30.0)).abs() < 1e-9, "{rate}");
+        assert!((rate - 40.0 / 60.0).abs() < 1e-9, "{rate}");
         assert_eq!(w.metrics.running, Some(2.0));
         // One scrape of each replica in the rate window, running 1 each.
         assert_eq!(w.metrics.running_mean, Some(2.0));
@@ -449,6 +462,31 @@ mod tests {
         // Long after, it is forgotten.
         ring.retain_live(&[1], 100.0);
         assert!(!ring.series.contains_key(&0));
+    }
+
+    #[test]
+    fn a_drained_replicas_last_completions_count_over_the_window_not_its_last_seconds() {
+        // One request a second throughout: replica 0 carries half until it is drained at 98 and
+        // finishes its last 3 in flight by its final scrape at 100; replica 1 carries the rest.
+        let mut ring = Ring::new(120.0);
+        for t in (0..=96).step_by(2) {
+            let t = f64::from(t);
+            ring.push(0, 0.0, scrape(t, [0.0; 4], t / 2.0));
+        }
+        ring.push(0, 0.0, scrape(98.0, [0.0; 4], 49.0));
+        ring.push(0, 0.0, scrape(100.0, [0.0; 4], 52.0));
+        for t in (0..=128).step_by(2) {
+            let t = f64::from(t);
+            let done = if t <= 98.0 { t / 2.0 } else { 49.0 + (t - 98.0) };
+            ring.push(1, 0.0, scrape(t, [0.0; 4], done));
+        }
+        ring.retain_live(&[1], 100.0);
+        // At 128 the 30 s window holds replica 0's [98, 100] and replica 1's [98, 128]: 3 + 30.
+        let w = ring.windowed(128.0, 0.95, 30.0, 30.0);
+        let rate = w.metrics.request_rate.expect("rate");
+        assert!((rate - 33.0 / 30.0).abs() < 1e-9, "{rate}: not 3 / 2 s + 30 / 30 s = 2.5");
+        let short = w.metrics.request_rate_short.expect("short rate");
+        assert!((short - 33.0 / 30.0).abs() < 1e-9, "{short}");
     }
 
     #[test]
