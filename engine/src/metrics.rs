@@ -137,7 +137,7 @@ impl EngineMetrics {
         let setting = IntGaugeVec::new(
             Opts::new(
                 "pacer_engine_setting",
-                "A live batch setting as a number (setting: max_batch_size, max_num_batched_tokens, batch_wait_ms, max_step_ms), for min/max over replicas.",
+                "A live batch setting as a number (setting: max_batch_size, max_num_batched_tokens, batch_wait_ms, max_step_ms, prefill_hold_ms), for min/max over replicas.",
             ),
             &["model_name", "setting"],
         )
@@ -293,6 +293,7 @@ impl EngineMetrics {
             ("max_num_batched_tokens", settings.max_num_batched_tokens as u64),
             ("batch_wait_ms", settings.batch_wait_ms),
             ("max_step_ms", settings.max_step_ms),
+            ("prefill_hold_ms", settings.prefill_hold_ms),
         ] {
             self.setting.with_label_values(&[&self.model_name, name]).set(number(value));
         }
@@ -325,6 +326,7 @@ mod tests {
                 batch_wait_ms: 5,
                 max_num_batched_tokens: 256,
                 max_step_ms: 80,
+                prefill_hold_ms: 250,
             },
         );
         let text = m.render();
@@ -339,6 +341,7 @@ mod tests {
             "pacer_engine_setting{model_name=\"smol\",setting=\"max_num_batched_tokens\"} 256",
             "pacer_engine_setting{model_name=\"smol\",setting=\"batch_wait_ms\"} 5",
             "pacer_engine_setting{model_name=\"smol\",setting=\"max_step_ms\"} 80",
+            "pacer_engine_setting{model_name=\"smol\",setting=\"prefill_hold_ms\"} 250",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::http::{MODEL, config, start};
+use common::http::{MODEL, config, four_streams, start};
 use pacer_engine::scheduler::BatchSettings;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -22,25 +22,7 @@ async fn gaps_behind_a_long_prompt(max_step_ms: u64) -> Vec<Duration> {
     cfg.settings = BatchSettings { max_step_ms, ..BatchSettings::default() };
     let url = start(cfg).await;
     let client = reqwest::Client::new();
-    let mut streams = Vec::new();
-    for i in 0..4 {
-        let body = json!({
-            "model": MODEL, "prompt": format!("Stream {i}: the history of the sea, told slowly."),
-            "max_tokens": 400, "ignore_eos": true, "temperature": 0, "stream": true,
-        });
-        let client = client.clone();
-        let url = url.clone();
-        streams.push(tokio::spawn(async move {
-            let mut r = client.post(format!("{url}/v1/completions")).json(&body).send().await.unwrap();
-            assert_eq!(r.status(), 200);
-            let mut times = Vec::new();
-            while let Some(chunk) = r.chunk().await.unwrap() {
-                let events = String::from_utf8_lossy(&chunk).matches("data: {").count();
-                times.extend(std::iter::repeat_n(Instant::now(), events));
-            }
-            times
-        }));
-    }
+    let streams = four_streams(&client, &url);
     // Let every stream reach its decode phase.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let long = json!({

@@ -5,6 +5,7 @@
 
 use super::plan::{self, SeqView};
 use super::step_time::{StepClock, TimeBound};
+use super::tail::{self, GapLedger, HoldQuery};
 use super::{BatchSettings, Command, Event, SharedState, Submission};
 use crate::LoadedModel;
 use crate::generate::{FinishReason, Sequence};
@@ -23,6 +24,8 @@ struct Active {
     scheduled: Instant,
     first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// Whether a chunk of its prompt has run (it is no longer held, see [`tail`]).
+    prefill_started: bool,
     failed: bool,
 }
 
@@ -40,6 +43,8 @@ struct Loop<'a> {
     running: Vec<Active>,
     /// The running fit of step time against step work, for the ITL budget.
     clock: StepClock,
+    /// The streams' recent gaps, for the prompt hold.
+    gaps: GapLedger,
 }
 
 pub(super) fn run(
@@ -62,6 +67,7 @@ pub(super) fn run(
         preempted: VecDeque::new(),
         running: Vec::new(),
         clock: StepClock::new(),
+        gaps: GapLedger::new(),
     };
     lp.metrics.set_info(lp.model.model.tier.as_str(), &settings);
     lp.warm_up();
@@ -244,6 +250,7 @@ impl Loop<'_> {
                         scheduled: now,
                         first_token: None,
                         last_token: None,
+                        prefill_started: false,
                         failed: false,
                     });
                 }
@@ -318,8 +325,11 @@ impl Loop<'_> {
             attention_equiv: equiv,
             time: TimeBound::new(&self.clock, Duration::from_millis(self.settings.max_step_ms)),
         };
-        let decided = plan::plan_step_with(&views, budget, free);
+        let decided = self.plan_with_hold(&views, budget, free);
         let work = plan::step_work(&views, &decided.feeds, equiv);
+        // The gaps this step ends: streams past their first token; long if prompt work rides.
+        let gaps = decided.feeds.iter().filter(|&&(i, _)| self.running[i].last_token.is_some()).count();
+        let long = decided.feeds.iter().any(|&(i, _)| views[i].prefill_left > 0);
         // Indices shift when victims leave the batch: map the feeds to the survivors' places.
         let shift = |i: usize| i - decided.preempt.iter().filter(|&&v| v < i).count();
         let feeds: Vec<(usize, usize)> = decided.feeds.iter().map(|&(i, n)| (shift(i), n)).collect();
@@ -336,6 +346,11 @@ impl Loop<'_> {
         if plan.is_empty() {
             return;
         }
+        for &(i, _) in &feeds {
+            let a = &mut self.running[i];
+            a.prefill_started |= a.seq.in_prefill();
+        }
+        self.gaps.record(gaps, long);
         let rows: usize = plan.iter().map(|(_, t, _)| t.len()).sum();
         self.metrics.batch_size.observe(rows as f64);
         let started = Instant::now();
@@ -406,6 +421,45 @@ impl Loop<'_> {
         // The gap the streams saw: the forward and handing out its tokens.
         self.clock.observe(work, started.elapsed().as_secs_f64());
         self.retire(|a| a.seq.finish().is_some());
+    }
+
+    /// Plans the step, with the prompts that have not started sitting it out when
+    /// [`tail::hold_new_prompts`] says so; a plan that would preempt someone is made again
+    /// without the hold (a held prompt's blocks are not worth a running sequence's progress).
+    fn plan_with_hold(&self, views: &[SeqView], budget: plan::StepBudget, free: usize) -> plan::StepPlan {
+        let unstarted = |i: usize| views[i].prefill_left > 0 && !self.running[i].prefill_started;
+        let now = Instant::now();
+        let query = HoldQuery {
+            gaps: self.running.iter().filter(|a| a.last_token.is_some()).count(),
+            prefill_in_progress: (0..views.len()).any(|i| views[i].prefill_left > 0 && !unstarted(i)),
+            oldest_wait: (0..views.len())
+                .filter(|&i| unstarted(i))
+                .map(|i| now.saturating_duration_since(self.running[i].sub.arrived))
+                .max()
+                .unwrap_or_default(),
+            hold: Duration::from_millis(self.settings.prefill_hold_ms),
+        };
+        if !(0..views.len()).any(unstarted) {
+            return plan::plan_step_with(views, budget, free);
+        }
+        if !tail::hold_new_prompts(&self.gaps, query) {
+            // Released together, the new prompts go in one step as far as they fit
+            // [`tail::RELEASED_TOKENS`]: one long gap for all of them, not a train of
+            // budget-sized ones (the share bounds how often).
+            let budget = if tail::released_whole(query) {
+                plan::StepBudget { time: None, tokens: budget.tokens.max(tail::RELEASED_TOKENS), ..budget }
+            } else {
+                budget
+            };
+            return plan::plan_step_with(views, budget, free);
+        }
+        let kept: Vec<usize> = (0..views.len()).filter(|&i| !unstarted(i)).collect();
+        let sub: Vec<SeqView> = kept.iter().map(|&i| views[i]).collect();
+        let held = plan::plan_step_with(&sub, budget, free);
+        if !held.preempt.is_empty() {
+            return plan::plan_step_with(views, budget, free);
+        }
+        plan::StepPlan { feeds: held.feeds.iter().map(|&(i, n)| (kept[i], n)).collect(), preempt: Vec::new() }
     }
 
     /// A fault a test injected for this step: a failure, after a stall if one was asked for.

@@ -17,6 +17,7 @@ mod engine_loop;
 pub mod plan;
 mod settings;
 mod step_time;
+pub mod tail;
 
 pub use settings::{BatchSettings, DEFAULT_MAX_STEP_MS, watch_settings_file};
 

@@ -25,6 +25,11 @@ pub struct BatchSettings {
     /// time bound. Prompts alone still run at the full token budget.
     #[serde(default)]
     pub max_step_ms: u64,
+    /// How long a new prompt may wait, from its arrival, for others to start in the same step
+    /// while streams decode and long gaps are no longer rare (see `scheduler::tail`); 0 = it
+    /// starts at once.
+    #[serde(default)]
+    pub prefill_hold_ms: u64,
 }
 
 impl Default for BatchSettings {
@@ -34,6 +39,7 @@ impl Default for BatchSettings {
             batch_wait_ms: 0,
             max_num_batched_tokens: pacer_planner::engine_defaults::STEP_TOKEN_BUDGET as usize,
             max_step_ms: DEFAULT_MAX_STEP_MS,
+            prefill_hold_ms: 0,
         }
     }
 }
@@ -51,6 +57,12 @@ impl BatchSettings {
             return Err(format!(
                 "max_step_ms must be at most 60000 (0 = no time bound), got {}",
                 self.max_step_ms
+            ));
+        }
+        if self.prefill_hold_ms > 10_000 {
+            return Err(format!(
+                "prefill_hold_ms must be at most 10000 (0 = no hold), got {}",
+                self.prefill_hold_ms
             ));
         }
         if self.max_num_batched_tokens < self.max_batch_size {
@@ -71,6 +83,7 @@ impl BatchSettings {
             batch_wait_ms: Option<u64>,
             max_num_batched_tokens: Option<usize>,
             max_step_ms: Option<u64>,
+            prefill_hold_ms: Option<u64>,
         }
         let p: Partial = serde_json::from_str(text).map_err(|e| format!("not valid settings JSON: {e}"))?;
         let s = BatchSettings {
@@ -78,6 +91,7 @@ impl BatchSettings {
             batch_wait_ms: p.batch_wait_ms.unwrap_or(base.batch_wait_ms),
             max_num_batched_tokens: p.max_num_batched_tokens.unwrap_or(base.max_num_batched_tokens),
             max_step_ms: p.max_step_ms.unwrap_or(base.max_step_ms),
+            prefill_hold_ms: p.prefill_hold_ms.unwrap_or(base.prefill_hold_ms),
         };
         s.validate()?;
         Ok(s)
@@ -151,5 +165,9 @@ mod tests {
         assert!(err.unwrap_err().contains("max_step_ms"));
         let s = BatchSettings::parse_over(base, r#"{"max_step_ms": 0}"#).unwrap();
         assert_eq!(s.max_step_ms, 0);
+        let err = BatchSettings::parse_over(base, r#"{"prefill_hold_ms": 20000}"#);
+        assert!(err.unwrap_err().contains("prefill_hold_ms"));
+        let s = BatchSettings::parse_over(base, r#"{"prefill_hold_ms": 300}"#).unwrap();
+        assert_eq!(s.prefill_hold_ms, 300);
     }
 }

@@ -114,3 +114,30 @@ pub async fn metric(url: &str, prefix: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no metric line starting with {prefix}"))
 }
+
+/// Four streaming completions of 400 tokens each (`ignore_eos`), started at once; each task
+/// returns when every token event of its stream arrived (events read together share a time).
+pub fn four_streams(
+    client: &reqwest::Client,
+    url: &str,
+) -> Vec<tokio::task::JoinHandle<Vec<std::time::Instant>>> {
+    (0..4)
+        .map(|i| {
+            let body = json!({
+                "model": MODEL, "prompt": format!("Stream {i}: the history of the sea, told slowly."),
+                "max_tokens": 400, "ignore_eos": true, "temperature": 0, "stream": true,
+            });
+            let (client, url) = (client.clone(), url.to_string());
+            tokio::spawn(async move {
+                let mut r = client.post(format!("{url}/v1/completions")).json(&body).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                let mut times = Vec::new();
+                while let Some(chunk) = r.chunk().await.unwrap() {
+                    let events = String::from_utf8_lossy(&chunk).matches("data: {").count();
+                    times.extend(std::iter::repeat_n(std::time::Instant::now(), events));
+                }
+                times
+            })
+        })
+        .collect()
+}

@@ -90,6 +90,7 @@ mod tests {
             batch_wait_ms: 3,
             max_num_batched_tokens: 24,
             max_step_ms: 40,
+            prefill_hold_ms: 0,
         };
         assert_eq!(read, want);
     }

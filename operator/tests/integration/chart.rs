@@ -424,6 +424,7 @@ fn every_metric_the_rules_dashboard_and_queries_use_is_exported() {
             batch_wait_ms: 0,
             max_num_batched_tokens: 512,
             max_step_ms: 80,
+            prefill_hold_ms: 0,
         },
     );
     let mut available = exported(&engine.render());

@@ -1,0 +1,104 @@
+//! The prompt hold (`prefill_hold_ms`) with the real model: short prompts arriving one by one
+//! while streams decode start together instead of one step each, so the streams see fewer long
+//! gaps; every held prompt still starts within its hold, and the same run without a hold shows
+//! the long gaps this saves, so the test can tell the two apart.
+//!
+//! Gaps are measured where a user sees them: between token events of the streaming responses.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::http::{MODEL, config, four_streams, start};
+use pacer_engine::scheduler::BatchSettings;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// Prompts sent beside the streams, 25 ms apart.
+const PROMPTS: usize = 8;
+
+/// What one run saw: per stream, its gaps between the first prompt sent and the last answered;
+/// the median of the streams' gaps before that (a decode step); each prompt's time to its answer.
+struct Run {
+    gaps: Vec<Vec<Duration>>,
+    decode: Duration,
+    answers: Vec<Duration>,
+}
+
+/// Four streams decode; once they run, [`PROMPTS`] short prompts arrive 25 ms apart.
+async fn prompts_beside_streams(prefill_hold_ms: u64) -> Run {
+    let mut cfg = config();
+    cfg.settings = BatchSettings { prefill_hold_ms, ..BatchSettings::default() };
+    let url = start(cfg).await;
+    let client = reqwest::Client::new();
+    let streams = four_streams(&client, &url);
+    // Let every stream reach its decode phase, and time its steps for 400 ms.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let sent = Instant::now();
+    let mut prompts = Vec::new();
+    for i in 0..PROMPTS {
+        let body = json!({
+            "model": MODEL, "prompt": format!("{i} {}", "sea ".repeat(50)), "max_tokens": 1, "temperature": 0,
+        });
+        let (client, url) = (client.clone(), url.clone());
+        prompts.push(tokio::spawn(async move {
+            let at = Instant::now();
+            let r = client.post(format!("{url}/v1/completions")).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+            (at.elapsed(), Instant::now())
+        }));
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut answers = Vec::new();
+    let mut done = sent;
+    for p in prompts {
+        let (took, at) = p.await.unwrap();
+        answers.push(took);
+        done = done.max(at);
+    }
+    let (mut gaps, mut before) = (Vec::new(), Vec::new());
+    for s in streams {
+        let times = s.await.unwrap();
+        assert!(times.last().unwrap() > &done, "a stream ended before the prompts were answered");
+        gaps.push(times.windows(2).filter(|w| w[0] >= sent && w[1] <= done).map(|w| w[1] - w[0]).collect());
+        // Events that arrived in one read share a time: those gaps say nothing of a step.
+        let real = |d: &Duration| *d >= Duration::from_millis(1);
+        let steady = sent - Duration::from_millis(400);
+        before.extend(
+            times.windows(2).filter(|w| w[0] >= steady && w[1] < sent).map(|w| w[1] - w[0]).filter(real),
+        );
+    }
+    before.sort();
+    assert!(before.len() >= 8, "the streams barely ran before the prompts: {before:?}");
+    Run { gaps, decode: before[before.len() / 2], answers }
+}
+
+/// Per stream, the gaps over three decode steps (steps that carried prompt work; a noisy
+/// decode step on a busy 2-core machine reaches twice its median, a prompt step seven times).
+fn long_gaps(run: &Run) -> Vec<usize> {
+    run.gaps.iter().map(|g| g.iter().filter(|&&d| d > 3 * run.decode).count()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_prompts_start_together_and_within_their_hold() {
+    const HOLD_MS: u64 = 2000;
+    let held = prompts_beside_streams(HOLD_MS).await;
+    let plain = prompts_beside_streams(0).await;
+    let (held_long, plain_long) = (long_gaps(&held), long_gaps(&plain));
+    eprintln!(
+        "long gaps per stream: hold {HOLD_MS} ms {held_long:?}, no hold {plain_long:?} (decode steps {:?} and {:?}); \
+         answers with the hold {:?}, without {:?}",
+        held.decode, plain.decode, held.answers, plain.answers
+    );
+    // Every held prompt started within its hold (plus the step that ran it and the HTTP trip).
+    for a in &held.answers {
+        assert!(*a < Duration::from_millis(HOLD_MS + 1500), "a held prompt waited {a:?}");
+    }
+    // Without a hold the prompts go in one or two a step; with it, a few steps carry them all.
+    let (most_held, least_plain) = (*held_long.iter().max().unwrap(), *plain_long.iter().min().unwrap());
+    assert!(least_plain >= 4, "without a hold only {plain_long:?} long gaps: the run cannot tell");
+    assert!(
+        2 * most_held <= least_plain,
+        "the hold saved too few long gaps: {held_long:?} against {plain_long:?}"
+    );
+}
