@@ -87,11 +87,17 @@ def fixed_slots(name):
     return int(name.rsplit("-np", 1)[1]) if "-np" in name else None
 
 
+def pacer_hold(name):
+    """The `--prefill-hold-ms` of a `pacer-holdN` variant; 0 for plain `pacer`."""
+    return int(name.rsplit("-hold", 1)[1]) if "-hold" in name else 0
+
+
 def server_cmd(args, name, cache, workload, port, c):
-    if name == "pacer":
+    if name.startswith("pacer"):
         return [args.pacer, "serve", "--model", args.model, "--tier", "q4_0", "--threads", str(args.threads),
                 "--port", str(port), "--served-model-name", "smol",
-                "--max-batch-size", str(c), "--prefix-caching", "true" if cache else "false"], "/ready"
+                "--max-batch-size", str(c), "--prefix-caching", "true" if cache else "false",
+                "--prefill-hold-ms", str(pacer_hold(name))], "/ready"
     # llama-server splits its context evenly over its slots; a mixed-workload prompt needs ~2,100.
     slots = fixed_slots(name) or c
     per_slot = 3072 if workload == "mixed" else 1024
@@ -119,29 +125,35 @@ def peers(llama_parallel):
     return ["llama-server"] + ([f"llama-server-np{llama_parallel}"] if llama_parallel else [])
 
 
+def pacers(hold_ms):
+    return ["pacer"] + ([f"pacer-hold{hold_ms}"] if hold_ms else [])
+
+
 def runs_at(name, c):
     """Whether `name` runs at concurrency `c` (a fixed-slot variant only where it differs)."""
     n = fixed_slots(name)
     return n is None or c > n
 
 
-def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0):
+def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0,
+           hold_ms=0):
     print(f"threads={threads}, q4_0, chat, {max_tokens} output tokens, median of {rounds} rounds; "
           f"SLA TTFT ≤ {slo_ttft_ms:.0f} ms and TPOT ≤ {slo_tpot_ms:.0f} ms; Pacer / llama-server\n")
     for cache in settings:
         for workload in workloads:
-            for peer in peers(llama_parallel):
+            for pacer, peer in [(p, q) for p in pacers(hold_ms) for q in peers(llama_parallel)]:
                 if not any(runs_at(peer, c) for c in levels):
                     continue
                 n = fixed_slots(peer)
                 slots = f"--parallel {n}" if n else "one slot per client"
-                print(f"cache {'on' if cache else 'off'}, {workload} prompts, llama-server {slots}\n")
+                hold = f", Pacer --prefill-hold-ms {pacer_hold(pacer)}" if pacer_hold(pacer) else ""
+                print(f"cache {'on' if cache else 'off'}, {workload} prompts, llama-server {slots}{hold}\n")
                 print("| concurrency | output tok/s | goodput req/s | P50 TTFT ms | P95 TTFT ms | P50 ITL ms | P95 ITL ms | failed |")
                 print("|---:|---|---|---|---|---|---|---|")
                 for c in levels:
                     if not runs_at(peer, c):
                         continue
-                    p = med[f"{'on' if cache else 'off'}|{workload}|pacer|{c}"]
+                    p = med[f"{'on' if cache else 'off'}|{workload}|{pacer}|{c}"]
                     l = med[f"{'on' if cache else 'off'}|{workload}|{peer}|{c}"]
 
                     def ratio(f, digits):
@@ -173,6 +185,8 @@ def main():
     ap.add_argument("--workloads", default="distinct,shared")
     ap.add_argument("--llama-parallel", type=int, default=0,
                     help="also run llama-server with this many slots at every level above it (0: off)")
+    ap.add_argument("--pacer-hold-ms", type=int, default=0,
+                    help="also run Pacer with this --prefill-hold-ms (0: off)")
     ap.add_argument("--json-out")
     ap.add_argument("--report", help="print the tables of a saved --json-out file and exit")
     args = ap.parse_args()
@@ -182,19 +196,19 @@ def main():
         a = saved["args"]
         render(saved["medians"], a["threads"], a["max_tokens"], a["rounds"], a["slo_ttft_ms"], a["slo_tpot_ms"],
                [x == "on" for x in a["settings"].split(",")], a["workloads"].split(","), a["levels"],
-               a.get("llama_parallel", 0))
+               a.get("llama_parallel", 0), a.get("pacer_hold_ms", 0))
         return
     args.levels = [int(c) for c in args.concurrency.split(",")]
     settings = [s == "on" for s in args.settings.split(",")]
     workloads = args.workloads.split(",")
     runs = {}  # (setting, workload, server, c) -> [reports]
     tmp = tempfile.mkdtemp(prefix="pacer-vs-llama-server-")
-    total = args.rounds * len(settings) * len(workloads) * (1 + len(peers(args.llama_parallel)))
+    total = args.rounds * len(settings) * len(workloads) * (len(pacers(args.pacer_hold_ms)) + len(peers(args.llama_parallel)))
     done = 0
     for rnd in range(args.rounds):
         for cache in settings:
             for workload in workloads:
-                servers = ["pacer"] + peers(args.llama_parallel)
+                servers = pacers(args.pacer_hold_ms) + peers(args.llama_parallel)
                 if rnd % 2:
                     servers.reverse()
                 for name in servers:
@@ -218,7 +232,7 @@ def main():
                else float("nan") for f in FIELDS} | {"failed": sum(r["failed"] or 0 for r in v)}
            for k, v in runs.items()}
     render(med, args.threads, args.max_tokens, args.rounds, args.slo_ttft_ms, args.slo_tpot_ms,
-           settings, workloads, args.levels, args.llama_parallel)
+           settings, workloads, args.levels, args.llama_parallel, args.pacer_hold_ms)
     if args.json_out:
         with open(args.json_out, "w") as f:
             # File names only: the report says what ran, not where it lay on this machine.

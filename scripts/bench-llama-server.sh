@@ -3,7 +3,8 @@
 # builds Pacer and pacer-bench in release, fetches the model, builds llama-server once (cached),
 # then drives both with pacer-bench. About 35 minutes on 2 cores with the defaults.
 #   scripts/bench-llama-server.sh [--rounds 3] [--concurrency 1,4,8,16,32] [--settings on,off]
-#                                 [--workloads distinct,shared,mixed] [--llama-parallel N] [--json-out FILE]
+#                                 [--workloads distinct,shared,mixed] [--llama-parallel N] [--pacer-hold-ms N]
+#                                 [--json-out FILE]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer}"
