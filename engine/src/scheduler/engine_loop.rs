@@ -428,6 +428,9 @@ impl Loop<'_> {
     /// without the hold (a held prompt's blocks are not worth a running sequence's progress).
     fn plan_with_hold(&self, views: &[SeqView], budget: plan::StepBudget, free: usize) -> plan::StepPlan {
         let unstarted = |i: usize| views[i].prefill_left > 0 && !self.running[i].prefill_started;
+        if !(0..views.len()).any(unstarted) {
+            return plan::plan_step_with(views, budget, free);
+        }
         let now = Instant::now();
         let query = HoldQuery {
             gaps: self.running.iter().filter(|a| a.last_token.is_some()).count(),
@@ -439,9 +442,6 @@ impl Loop<'_> {
                 .unwrap_or_default(),
             hold: Duration::from_millis(self.settings.prefill_hold_ms),
         };
-        if !(0..views.len()).any(unstarted) {
-            return plan::plan_step_with(views, budget, free);
-        }
         if !tail::hold_new_prompts(&self.gaps, query) {
             // Released together, the new prompts go in one step as far as they fit
             // [`tail::RELEASED_TOKENS`]: one long gap for all of them, not a train of

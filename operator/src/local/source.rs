@@ -174,16 +174,8 @@ impl Ring {
     pub fn windowed(&self, now: f64, quantile: f64, window: f64, rate_window: f64) -> Windowed {
         let newest = self.series.values().filter_map(|s| s.scrapes.last()).map(|s| s.at).reduce(f64::max);
         let mut latencies: [Option<Histogram>; 4] = [None, None, None, None];
-        // Counters' increases summed over replicas, then divided by the longest span among them,
-        // as Prometheus' `sum(rate(..))` divides each series' increase by the whole range. Each
-        // replica's own span would overstate the rate whenever traffic moves between replicas: a
-        // drained replica's last completions over its last few seconds, or a new replica's share
-        // over the part of the window since its start, beside the old one's over the whole.
-        let mut increases = [None::<f64>; 3];
-        let (mut rate_span, mut short_span): (f64, f64) = (0.0, 0.0);
         let (mut running, mut waiting, mut kv, mut reporting) = (None::<f64>, None::<f64>, Vec::new(), 0.0);
-        let (mut short_increase, mut queued, mut running_mean) = (None::<f64>, None::<f64>, None::<f64>);
-        let short_window = SHORT_RATE_WINDOW.min(rate_window);
+        let (mut queued, mut running_mean) = (None::<f64>, None::<f64>);
         for s in self.series.values() {
             let Some(last) = s.scrapes.last() else { continue };
             if last.at < now - window {
@@ -201,16 +193,6 @@ impl Ring {
                     });
                 }
             }
-            if let Some(base) = s.baseline(now - rate_window) {
-                let span = last.at - base.at;
-                if span > 0.0 {
-                    rate_span = rate_span.max(span);
-                    for (k, total) in increases.iter_mut().enumerate() {
-                        let (Some(a), Some(b)) = (last.counters[k], base.counters[k]) else { continue };
-                        *total = Some(total.unwrap_or(0.0) + increase(a, b));
-                    }
-                }
-            }
             // `avg_over_time` of the gauge over the rate window, as the operator asks Prometheus.
             let seen: Vec<f64> = s
                 .scrapes
@@ -222,13 +204,6 @@ impl Ring {
                 running_mean =
                     Some(running_mean.unwrap_or(0.0) + seen.iter().sum::<f64>() / seen.len() as f64);
             }
-            if let Some(base) = s.baseline(now - short_window) {
-                let span = last.at - base.at;
-                if let (true, Some(a), Some(b)) = (span > 0.0, last.counters[0], base.counters[0]) {
-                    short_span = short_span.max(span);
-                    short_increase = Some(short_increase.unwrap_or(0.0) + increase(a, b));
-                }
-            }
             if s.live {
                 reporting += 1.0;
                 queued = sum_opt(queued, last.queued_prompt_tokens);
@@ -237,8 +212,8 @@ impl Ring {
                 kv.extend(last.kv_usage);
             }
         }
-        let counters = increases.map(|i| i.map(|i| i / rate_span));
-        let short_rate = short_increase.map(|i| i / short_span);
+        let counters = self.rates(now, window, rate_window);
+        let short_rate = self.rates(now, window, SHORT_RATE_WINDOW.min(rate_window))[0];
         let quantile_of = |h: &Option<Histogram>| match h {
             Some(h) => Quantile::from_parts(h.quantile(quantile), Some(h.count)),
             None => Quantile::Missing,
@@ -264,6 +239,30 @@ impl Ring {
             applied: Default::default(),
         };
         Windowed { newest, metrics }
+    }
+
+    /// The counters' rates over `rate_window` ending at each replica's newest scrape, over the
+    /// replicas scraped within `window` of `now`: their increases summed, then divided by the
+    /// longest span among them, as Prometheus' `sum(rate(..))` divides each series' increase by
+    /// the whole range. Each replica's own span would overstate the rate whenever traffic moves
+    /// between replicas: a drained replica's last completions over its last few seconds, or a
+    /// new replica's share over the part of the window since its start, beside the old one's
+    /// over the whole.
+    fn rates(&self, now: f64, window: f64, rate_window: f64) -> [Option<f64>; 3] {
+        let (mut increases, mut span) = ([None::<f64>; 3], 0.0_f64);
+        for s in self.series.values() {
+            let Some(last) = s.scrapes.last() else { continue };
+            let Some(base) = s.baseline(now - rate_window) else { continue };
+            if last.at < now - window || last.at <= base.at {
+                continue;
+            }
+            span = span.max(last.at - base.at);
+            for (k, total) in increases.iter_mut().enumerate() {
+                let (Some(a), Some(b)) = (last.counters[k], base.counters[k]) else { continue };
+                *total = Some(total.unwrap_or(0.0) + increase(a, b));
+            }
+        }
+        increases.map(|i| i.map(|i| i / span))
     }
 }
 
