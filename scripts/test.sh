@@ -128,10 +128,11 @@ export PACER_PROMETHEUS_BIN
 step "tests (unit, the engine on the real model, the operator, its Helm chart and the closed loop on a Kubernetes $KUBERNETES_NEWEST cluster)"
 cargo test --workspace --release --locked
 
-# Every kernel set runs the same real-model tests: CPUs without AVX-VNNI take the AVX2
-# kernels, CPUs without AVX2 the portable ones.
+# Every kernel set runs the same real-model tests: CPUs with AMX-INT8 run the tiles above and
+# AVX-VNNI alone here (`vnni`; elsewhere it is the default again), CPUs without AVX-VNNI take
+# the AVX2 kernels, CPUs without AVX2 the portable ones.
 # The candle backend's tests (`candle_*`) do not use these kernels; they ran above.
-for kernels in avx2 scalar; do
+for kernels in vnni avx2 scalar; do
   step "engine on the real model with the $kernels kernels"
   PACER_KERNELS=$kernels cargo test --workspace --release --locked --test model --test reference -- --skip candle_
 done

@@ -295,6 +295,7 @@ fn load(args: &ModelArgs) -> Result<LoadedModel> {
         weight_mib = loaded.model.weight_bytes() as f64 / (1 << 20) as f64,
         load_ms = loaded.model.load_time.as_millis() as u64,
         kernels = ?pacer_engine::kernels::isa(),
+        amx_tiles = pacer_engine::kernels::amx_tiles(),
         "model loaded"
     );
     Ok(loaded)

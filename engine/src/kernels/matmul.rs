@@ -45,7 +45,14 @@ pub fn matmul(x: &[f32], m: usize, w: &Weight, out: &mut [f32]) {
         });
         return;
     }
-    let qa = quantize_activations(x, m, k);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    let mut qa = quantize_activations(x, m, k);
+    #[cfg(target_arch = "x86_64")]
+    if super::amx::applies(w, m) {
+        super::amx::pad(&mut qa);
+        super::amx::matmul(w, &qa, out);
+        return;
+    }
     let kernel = isa();
     let align = if w.interleaved() { 8 } else { 1 };
     by_weight_rows(m, n, align, out, |rows, local| quantized_rows(kernel, w, rows, &qa, local));

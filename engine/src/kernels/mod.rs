@@ -37,6 +37,8 @@ macro_rules! multiversion {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod f32_ops;
 mod interleave;
 mod matmul;
@@ -73,7 +75,8 @@ impl Isa {
 }
 
 /// The best kernel set this CPU supports. `PACER_KERNELS=scalar` forces the portable path and
-/// `PACER_KERNELS=avx2` AVX2 without VNNI (to compare, and to test every path on one machine).
+/// `PACER_KERNELS=avx2` AVX2 without VNNI (to compare, and to test every path on one machine);
+/// `PACER_KERNELS=vnni` keeps AVX-VNNI but turns off the AMX tiles ([`amx_tiles`]).
 pub fn isa() -> Isa {
     static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
     *ISA.get_or_init(|| {
@@ -93,4 +96,44 @@ pub fn isa() -> Isa {
         }
         Isa::Scalar
     })
+}
+
+/// Whether quantized matmuls of many activation rows (prefill, large decode batches) run on
+/// AMX tiles: on CPUs with AMX-INT8 and AVX-512F whose kernel grants the tile state, beside the
+/// AVX-VNNI kernels, whose results they match bit for bit.
+pub fn amx_tiles() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return amx::available();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Weights for the kernels' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{BLOCK, Format, Weight};
+
+    /// `rows × cols` block weights of `format` with random values and modest, finite scales.
+    pub(crate) fn random_blocks(format: Format, rows: usize, cols: usize, seed: u64) -> Weight {
+        let mut state = seed;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        };
+        let bb = format.block_bytes();
+        let mut bytes = vec![0u8; rows * cols / BLOCK * bb];
+        for blk in bytes.chunks_exact_mut(bb) {
+            for b in blk.iter_mut() {
+                *b = next() as u8;
+            }
+            // Keep scales finite and modest: overwrite the f16 fields.
+            let d = half::f16::from_f32((next() % 1000) as f32 / 50_000.0);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            if format == Format::Q4_1 {
+                let m = half::f16::from_f32(-((next() % 1000) as f32) / 20_000.0);
+                blk[2..4].copy_from_slice(&m.to_le_bytes());
+            }
+        }
+        Weight::from_blocks(format, rows, cols, bytes)
+    }
 }

@@ -235,35 +235,33 @@ pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations
 /// A row's quantized values, scales and scaled sums, with its input.
 type RowParts<'a> = (((&'a mut [i8], &'a mut [f32]), &'a mut [f32]), &'a [f32]);
 
-multiversion! {
-    /// One row: per block of 32, scale `d = max|x| / 127`, `q = round(x / d)`, `s = d · Σq`.
-    /// Written over fixed-size arrays, with the float → int conversion through i32 (an i8
-    /// saturating cast does not vectorize), so each step compiles to a few vector instructions.
-    fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
-        for (((src, dst), d), s) in x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)).zip(d).zip(s) {
-            let src: &[f32; BLOCK] = src.try_into().unwrap_or(&[0.0; BLOCK]);
-            let mut lanes = [0f32; 8];
-            for chunk in src.chunks_exact(8) {
-                for (l, v) in lanes.iter_mut().zip(chunk) {
-                    *l = l.max(v.abs());
-                }
-            }
-            let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
-            let scale = amax / 127.0;
-            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            // Ties to even maps to one vector instruction; half-away-from-zero would not.
-            // A plain loop rather than `array::from_fn`: a generic helper is compiled outside the
-        // AVX2 copy of this function and would round through a library call.
-        let mut ints = [0i32; BLOCK];
-        for (i, &v) in ints.iter_mut().zip(src) {
-            *i = (v * inv).round_ties_even() as i32;
+/// One row: per block of 32, scale `d = max|x| / 127`, `q = round(x / d)` (ties to even),
+/// `s = d · Σq`. With AVX2 the explicit vector version in `x86.rs` runs (the compiler's
+/// vectorization of the loop below stored the bytes one by one: a tenth of an AMX prefill);
+/// it gives the same bits.
+fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::isa().has_avx2() {
+        return super::x86::quantize_row(x, q, d, s);
+    }
+    quantize_row_portable(x, q, d, s);
+}
+
+/// [`quantize_row`] in portable Rust: the reference for the AVX2 version, and the path of CPUs
+/// without AVX2.
+pub(crate) fn quantize_row_portable(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    for (((src, dst), d), s) in x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)).zip(d).zip(s) {
+        let amax = src.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        let mut sum = 0i32;
+        for (o, &v) in dst.iter_mut().zip(src) {
+            let i = (v * inv).round_ties_even() as i32;
+            *o = i as i8;
+            sum += i;
         }
-            for (o, &v) in dst.iter_mut().zip(&ints) {
-                *o = v as i8;
-            }
-            *d = scale;
-            *s = scale * ints.iter().sum::<i32>() as f32;
-        }
+        *d = scale;
+        *s = scale * sum as f32;
     }
 }
 

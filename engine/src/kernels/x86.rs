@@ -374,6 +374,55 @@ unsafe fn tile_x8_body<const T: usize, const KIND: u8, const VNNI: bool>(
     }
 }
 
+/// One row of activations to 8-bit blocks, as `quant::quantize_row_portable` computes them,
+/// bit for bit: the block's largest magnitude (max is exact in any order), `d = amax / 127`,
+/// `q = round(x · (1/d))` under the default round-to-nearest-even (`cvtps2dq`), packed with
+/// saturation (|q| ≤ 127, so nothing saturates), and `s = d · Σq` over exact i32 sums.
+pub(crate) fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    assert!(x.len() == q.len() && x.len() == d.len() * BLOCK && d.len() == s.len());
+    assert!(super::isa().has_avx2(), "AVX2 kernels need AVX2, FMA and F16C");
+    // SAFETY: AVX2 was detected at run time (`isa()`); block b spans [32b, 32b+32) of x and q.
+    unsafe { quantize_row_avx2(x, q, d, s) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn quantize_row_avx2(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    let sign = _mm256_set1_ps(-0.0);
+    // Bytes come out of the two packs as [a0 b0 c0 d0 | a1 b1 c1 d1] in 4-byte groups (a0 =
+    // values 0..4 of the first vector); this puts them back in order.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (b, (d, s)) in d.iter_mut().zip(s.iter_mut()).enumerate() {
+        // SAFETY: the asserted lengths put [32b, 32b+32) inside x and q.
+        unsafe {
+            let p = x.as_ptr().add(b * BLOCK);
+            let v = [0, 8, 16, 24].map(|o| _mm256_loadu_ps(p.add(o)));
+            let mut mx = _mm256_andnot_ps(sign, v[0]);
+            for vi in &v[1..] {
+                mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, *vi));
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+            let scale = amax / 127.0;
+            let inv = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
+            let ints = v.map(|vi| _mm256_cvtps_epi32(_mm256_mul_ps(vi, inv)));
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(ints[0], ints[1]),
+                _mm256_packs_epi32(ints[2], ints[3]),
+            );
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            _mm256_storeu_si256(q.as_mut_ptr().add(b * BLOCK).cast(), bytes);
+            let sum8 =
+                _mm256_add_epi32(_mm256_add_epi32(ints[0], ints[1]), _mm256_add_epi32(ints[2], ints[3]));
+            let sum4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+            let sum2 = _mm_add_epi32(sum4, _mm_unpackhi_epi64(sum4, sum4));
+            let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum2, _mm_shuffle_epi32(sum2, 1)));
+            *d = scale;
+            *s = scale * sum as f32;
+        }
+    }
+}
+
 /// f32 weight rows `rows` (row-major, `k` wide) against `m` activation rows of `x`, into
 /// `local[i * rows.len() + r_local]`: the decode path of the f32 tier, which is bound by
 /// streaming 4 bytes per weight, so the weight row being read is prefetched ahead.
@@ -425,30 +474,37 @@ fn f32_rows_avx2(w: &[f32], k: usize, rows: std::ops::Range<usize>, x: &[f32], m
 #[cfg(test)]
 mod tests {
     use super::super::quant::quantize_activations;
+    use super::super::testing::random_blocks;
     use super::super::{Isa, isa, scalar};
     use super::*;
 
-    fn random_blocks(format: Format, rows: usize, cols: usize, seed: u64) -> Weight {
-        let mut state = seed;
-        let mut next = || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 33) as u32
-        };
-        let bb = format.block_bytes();
-        let mut bytes = vec![0u8; rows * cols / BLOCK * bb];
-        for blk in bytes.chunks_exact_mut(bb) {
-            for b in blk.iter_mut() {
-                *b = next() as u8;
-            }
-            // Keep scales finite and modest: overwrite the f16 fields.
-            let d = half::f16::from_f32((next() % 1000) as f32 / 50_000.0);
-            blk[..2].copy_from_slice(&d.to_le_bytes());
-            if format == Format::Q4_1 {
-                let m = half::f16::from_f32(-((next() % 1000) as f32) / 20_000.0);
-                blk[2..4].copy_from_slice(&m.to_le_bytes());
-            }
+    #[test]
+    fn the_avx2_activation_quantizer_gives_the_portable_bits() {
+        if !isa().has_avx2() {
+            return;
         }
-        Weight::from_blocks(format, rows, cols, bytes)
+        let cols = 4 * BLOCK;
+        // Mixed magnitudes and signs, a zero block, and a block whose scale is 1 with values
+        // halfway between integers (ties, which go to even).
+        let mut x: Vec<f32> = (0..cols).map(|i| ((i * 7919 % 509) as f32 - 254.0) / 3.0).collect();
+        x[BLOCK..2 * BLOCK].fill(0.0);
+        for (i, v) in x[2 * BLOCK..3 * BLOCK].iter_mut().enumerate() {
+            *v = if i == 0 { 127.0 } else { i as f32 - 15.5 };
+        }
+        let nb = cols / BLOCK;
+        let (mut q1, mut d1, mut s1) = (vec![0i8; cols], vec![0f32; nb], vec![0f32; nb]);
+        let (mut q2, mut d2, mut s2) = (vec![0i8; cols], vec![0f32; nb], vec![0f32; nb]);
+        quantize_row(&x, &mut q1, &mut d1, &mut s1);
+        super::super::quant::quantize_row_portable(&x, &mut q2, &mut d2, &mut s2);
+        assert_eq!(q1, q2);
+        assert_eq!(
+            d1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            s1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            s2.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]
