@@ -57,8 +57,8 @@ def requests_for(c):
     return 12 if c == 1 else 24 if c <= 4 else 48
 
 
-def start(cmd, url, ready):
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(cmd, url, ready, env=None):
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     for _ in range(1200):
         if proc.poll() is not None:
             sys.exit(f"{cmd[0]} exited early ({proc.returncode})")
@@ -90,6 +90,11 @@ def fixed_slots(name):
 def pacer_hold(name):
     """The `--prefill-hold-ms` of a `pacer-holdN` variant; 0 for plain `pacer`."""
     return int(name.rsplit("-hold", 1)[1]) if "-hold" in name else 0
+
+
+def server_env(name):
+    """`pacer-vnni` is Pacer with the AMX tiles off (`PACER_KERNELS=vnni`); the rest inherit."""
+    return dict(os.environ, PACER_KERNELS="vnni") if name.endswith("-vnni") else None
 
 
 def server_cmd(args, name, cache, workload, port, c):
@@ -125,8 +130,8 @@ def peers(llama_parallel):
     return ["llama-server"] + ([f"llama-server-np{llama_parallel}"] if llama_parallel else [])
 
 
-def pacers(hold_ms):
-    return ["pacer"] + ([f"pacer-hold{hold_ms}"] if hold_ms else [])
+def pacers(hold_ms, vnni=False):
+    return ["pacer"] + ([f"pacer-hold{hold_ms}"] if hold_ms else []) + (["pacer-vnni"] if vnni else [])
 
 
 def runs_at(name, c):
@@ -136,17 +141,18 @@ def runs_at(name, c):
 
 
 def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0,
-           hold_ms=0):
+           hold_ms=0, vnni=False):
     print(f"threads={threads}, q4_0, chat, {max_tokens} output tokens, median of {rounds} rounds; "
           f"SLA TTFT ≤ {slo_ttft_ms:.0f} ms and TPOT ≤ {slo_tpot_ms:.0f} ms; Pacer / llama-server\n")
     for cache in settings:
         for workload in workloads:
-            for pacer, peer in [(p, q) for p in pacers(hold_ms) for q in peers(llama_parallel)]:
+            for pacer, peer in [(p, q) for p in pacers(hold_ms, vnni) for q in peers(llama_parallel)]:
                 if not any(runs_at(peer, c) for c in levels):
                     continue
                 n = fixed_slots(peer)
                 slots = f"--parallel {n}" if n else "one slot per client"
                 hold = f", Pacer --prefill-hold-ms {pacer_hold(pacer)}" if pacer_hold(pacer) else ""
+                hold += ", Pacer PACER_KERNELS=vnni (no AMX tiles)" if pacer.endswith("-vnni") else ""
                 print(f"cache {'on' if cache else 'off'}, {workload} prompts, llama-server {slots}{hold}\n")
                 print("| concurrency | output tok/s | goodput req/s | P50 TTFT ms | P95 TTFT ms | P50 ITL ms | P95 ITL ms | failed |")
                 print("|---:|---|---|---|---|---|---|---|")
@@ -187,6 +193,8 @@ def main():
                     help="also run llama-server with this many slots at every level above it (0: off)")
     ap.add_argument("--pacer-hold-ms", type=int, default=0,
                     help="also run Pacer with this --prefill-hold-ms (0: off)")
+    ap.add_argument("--pacer-vnni", action="store_true",
+                    help="also run Pacer with PACER_KERNELS=vnni (the AVX-VNNI kernels without AMX tiles)")
     ap.add_argument("--json-out")
     ap.add_argument("--report", help="print the tables of a saved --json-out file and exit")
     args = ap.parse_args()
@@ -196,19 +204,19 @@ def main():
         a = saved["args"]
         render(saved["medians"], a["threads"], a["max_tokens"], a["rounds"], a["slo_ttft_ms"], a["slo_tpot_ms"],
                [x == "on" for x in a["settings"].split(",")], a["workloads"].split(","), a["levels"],
-               a.get("llama_parallel", 0), a.get("pacer_hold_ms", 0))
+               a.get("llama_parallel", 0), a.get("pacer_hold_ms", 0), a.get("pacer_vnni", False))
         return
     args.levels = [int(c) for c in args.concurrency.split(",")]
     settings = [s == "on" for s in args.settings.split(",")]
     workloads = args.workloads.split(",")
     runs = {}  # (setting, workload, server, c) -> [reports]
     tmp = tempfile.mkdtemp(prefix="pacer-vs-llama-server-")
-    total = args.rounds * len(settings) * len(workloads) * (len(pacers(args.pacer_hold_ms)) + len(peers(args.llama_parallel)))
+    total = args.rounds * len(settings) * len(workloads) * (len(pacers(args.pacer_hold_ms, args.pacer_vnni)) + len(peers(args.llama_parallel)))
     done = 0
     for rnd in range(args.rounds):
         for cache in settings:
             for workload in workloads:
-                servers = pacers(args.pacer_hold_ms) + peers(args.llama_parallel)
+                servers = pacers(args.pacer_hold_ms, args.pacer_vnni) + peers(args.llama_parallel)
                 if rnd % 2:
                     servers.reverse()
                 for name in servers:
@@ -221,7 +229,7 @@ def main():
                         port = free_port()
                         url = f"http://127.0.0.1:{port}"
                         cmd, ready = server_cmd(args, name, cache, workload, port, c)
-                        proc = start(cmd, url, ready)
+                        proc = start(cmd, url, ready, server_env(name))
                         try:
                             seed = 1000 * (rnd + 1) + c
                             rep = level(args, url, workload, c, seed, os.path.join(tmp, "level.json"))
@@ -232,7 +240,7 @@ def main():
                else float("nan") for f in FIELDS} | {"failed": sum(r["failed"] or 0 for r in v)}
            for k, v in runs.items()}
     render(med, args.threads, args.max_tokens, args.rounds, args.slo_ttft_ms, args.slo_tpot_ms,
-           settings, workloads, args.levels, args.llama_parallel, args.pacer_hold_ms)
+           settings, workloads, args.levels, args.llama_parallel, args.pacer_hold_ms, args.pacer_vnni)
     if args.json_out:
         with open(args.json_out, "w") as f:
             # File names only: the report says what ran, not where it lay on this machine.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own C++ tools (llama-server, llama-bench, llama-batched-bench) into Pacer's
-# cache and prints the folder that holds them. The source is the llama.cpp that the PyPI sdist of
-# llama-cpp-python vendors (the same version scripts/reference/setup-llama-cpp.sh builds), so the
+# Builds llama.cpp's own C++ tools (llama-server, llama-bench, llama-batched-bench, llama-quantize)
+# into Pacer's cache and prints the folder that holds them. The source is the llama.cpp that the
+# PyPI sdist of llama-cpp-python vendors (the same version scripts/reference/setup-llama-cpp.sh builds), so the
 # serving and model-core comparisons run one llama.cpp. Used only for benchmarks; CI never needs it.
 #
 # On CPUs with AMX, llama.cpp's AMX quantized matmul crashes, so AMX code generation is off.
@@ -11,8 +11,9 @@ version="0.3.36"
 sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 url="https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$version.tar.gz"
 out="$cache/ref/llama.cpp-$version"
-tools="llama-server llama-bench llama-batched-bench"
-if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -x "$out/bin/llama-batched-bench" ]; then
+tools="llama-server llama-bench llama-batched-bench llama-quantize"
+if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -x "$out/bin/llama-batched-bench" ] &&
+  [ -x "$out/bin/llama-quantize" ]; then
   echo "$out/bin"
   exit 0
 fi
