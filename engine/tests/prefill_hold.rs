@@ -36,8 +36,11 @@ async fn prompts_beside_streams(prefill_hold_ms: u64) -> Run {
     let sent = Instant::now();
     let mut prompts = Vec::new();
     for i in 0..PROMPTS {
+        // 120 words, so a step carrying one prompt is well over three decode steps even where
+        // AMX tiles prefill it fast (at 50 words it was about three there, and runs without a
+        // hold showed only 4 long gaps).
         let body = json!({
-            "model": MODEL, "prompt": format!("{i} {}", "sea ".repeat(50)), "max_tokens": 1, "temperature": 0,
+            "model": MODEL, "prompt": format!("{i} {}", "sea ".repeat(120)), "max_tokens": 1, "temperature": 0,
         });
         let (client, url) = (client.clone(), url.clone());
         prompts.push(tokio::spawn(async move {
