@@ -43,8 +43,9 @@ fn config(dir: &std::path::Path) -> PathBuf {
     path
 }
 
-/// Pins the replicas' CPU kernels to AVX-VNNI (or less, where the CPU lacks it): the loads here
-/// are sized to a replica without AMX tiles, which held 4.8 req/s at P95 TTFT 239 ms. Holding the lock, so no
+/// Pins the replicas' CPU kernels to AVX-VNNI (or less, where the CPU lacks it), so the loads
+/// here meet the same replica capacity on CPUs with AMX tiles as without (with tiles, one
+/// replica held 4.8 req/s at P95 TTFT 239 ms; without, 650 ms). Holding the lock, so no
 /// other test of this file reads the environment meanwhile; the replicas inherit it.
 fn pin_kernels() {
     // SAFETY: called under `ONE_AT_A_TIME`, before this test starts any thread of its own; the
