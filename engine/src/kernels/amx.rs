@@ -36,13 +36,13 @@ const B_TILE: usize = 8 * 64;
 
 /// Whether the AMX kernels run here: AMX-TILE and AMX-INT8, AVX-512F for the scaling, the
 /// AVX-VNNI kernel set (whose interleaved records the tiles read), and the kernel's permission
-/// to use the tile state. `PACER_KERNELS=vnni` (or `avx2`, `scalar`) turns them off, to compare
+/// to use the tile state. `PACER_KERNELS=vnni` (or `vnni512`, `avx2`, `scalar`) turns them off, to compare
 /// and to test the other kernels on an AMX machine.
 pub fn available() -> bool {
     static AMX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AMX.get_or_init(|| {
         let forced = std::env::var("PACER_KERNELS").unwrap_or_default();
-        if matches!(forced.as_str(), "vnni" | "avx2" | "scalar") {
+        if matches!(forced.as_str(), "vnni" | "vnni512" | "avx2" | "scalar") {
             return false;
         }
         super::isa() == Isa::Avx2Vnni

@@ -102,7 +102,7 @@ fn quantized_rows(
 ) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx2Vnni => super::x86::quantized_rows(w, rows, qa, local),
+        k if k.has_avx2() => super::x86::quantized_rows(w, rows, qa, local),
         _ => scalar::quantized_rows(w, rows, qa, local),
     }
 }

@@ -65,18 +65,29 @@ pub enum Isa {
     Avx2,
     /// AVX2 plus AVX-VNNI: `vpdpbusd` replaces the `maddubs`/add pairs of the 4-bit kernel.
     Avx2Vnni,
+    /// AVX2 plus AVX512-VNNI's `vpdpbusd` on the same 256-bit registers (its EVEX encoding),
+    /// for CPUs with AVX-512 VNNI but not the VEX-encoded AVX-VNNI: AMD Zen 4, Intel Ice Lake
+    /// and Cascade Lake servers. Same kernels, same results as [`Isa::Avx2Vnni`].
+    Avx512Vnni,
 }
 
 impl Isa {
     /// Whether the AVX2 kernels (and the layouts built for them) apply.
     pub fn has_avx2(self) -> bool {
-        matches!(self, Isa::Avx2 | Isa::Avx2Vnni)
+        matches!(self, Isa::Avx2 | Isa::Avx2Vnni | Isa::Avx512Vnni)
+    }
+
+    /// Whether `vpdpbusd` (u8 × i8 summed into i32 lanes) runs on 256-bit registers, in
+    /// either encoding.
+    pub fn has_vnni(self) -> bool {
+        matches!(self, Isa::Avx2Vnni | Isa::Avx512Vnni)
     }
 }
 
 /// The best kernel set this CPU supports. `PACER_KERNELS=scalar` forces the portable path and
 /// `PACER_KERNELS=avx2` AVX2 without VNNI (to compare, and to test every path on one machine);
-/// `PACER_KERNELS=vnni` keeps AVX-VNNI but turns off the AMX tiles ([`amx_tiles`]).
+/// `PACER_KERNELS=vnni` keeps VNNI but turns off the AMX tiles ([`amx_tiles`]);
+/// `PACER_KERNELS=vnni512` takes AVX512-VNNI's encoding where the CPU has both.
 pub fn isa() -> Isa {
     static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
     *ISA.get_or_init(|| {
@@ -89,8 +100,16 @@ pub fn isa() -> Isa {
             && std::arch::is_x86_feature_detected!("fma")
             && std::arch::is_x86_feature_detected!("f16c")
         {
-            if forced != "avx2" && std::arch::is_x86_feature_detected!("avxvnni") {
+            if forced == "avx2" {
+                return Isa::Avx2;
+            }
+            let evex = std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512vl");
+            if std::arch::is_x86_feature_detected!("avxvnni") && !(evex && forced == "vnni512") {
                 return Isa::Avx2Vnni;
+            }
+            if evex {
+                return Isa::Avx512Vnni;
             }
             return Isa::Avx2;
         }

@@ -88,13 +88,13 @@ impl Weight {
 
     /// Puts the matrix in the layout the fastest available kernel wants: block matrices whose
     /// rows come in groups of eight are interleaved when the AVX2 kernels run (8-bit ones only
-    /// with AVX-VNNI).
+    /// with VNNI).
     pub fn prepared(self) -> Self {
         let isa = super::isa();
         let kernel = match self.format {
             Format::Q4_0 | Format::Q4_1 => isa.has_avx2(),
             // The 8-bit record needs vpdpbusd (u8 × i8 into i32); maddubs would saturate.
-            Format::Q8_0 => isa == super::Isa::Avx2Vnni,
+            Format::Q8_0 => isa.has_vnni(),
             Format::F32 => false,
         };
         let wants = kernel && self.rows.is_multiple_of(super::interleave::GROUP) && !self.interleaved;

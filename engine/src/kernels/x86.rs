@@ -4,7 +4,10 @@
 //! then multiplies them with the same block of up to [`TILE`] activation rows: `maddubs` forms
 //! u8×i8 pair sums, `madd` widens to i32, and one FMA per row applies the two block scales.
 //! 4-bit weights are used unsigned (0..15) and the offset (`-8·d` or the stored minimum) is
-//! applied once per block through the activation block's precomputed `d·Σa`.
+//! applied once per block through the activation block's precomputed `d·Σa`. Where the CPU has
+//! `vpdpbusd` on 256-bit registers (AVX-VNNI's VEX encoding, or AVX512-VNNI's EVEX one with
+//! AVX512-VL), the interleaved kernel sums u8×i8 products into i32 with it instead: the same
+//! integers, one instruction for three.
 #![allow(unsafe_code)]
 
 use super::BLOCK;
@@ -38,28 +41,32 @@ pub(crate) fn quantized_rows(w: &Weight, rows: std::ops::Range<usize>, qa: &QAct
     assert!(qa.s.len() == m * nb && rows.end <= w.rows() && local.len() >= rows.len() * m);
     assert!(super::isa().has_avx2(), "AVX2 kernels need AVX2, FMA and F16C");
     // SAFETY: `isa()` returns Avx2 only after run-time detection of avx2, fma and f16c.
-    unsafe { rows_avx2(w, rows, qa, local, super::isa() == super::Isa::Avx2Vnni) }
+    unsafe { rows_avx2(w, rows, qa, local, products(super::isa())) }
+}
+
+/// The product form ([`DP_MADDUBS`], [`DP_VEX`] or [`DP_EVEX`]) of a kernel set.
+fn products(isa: super::Isa) -> u8 {
+    match isa {
+        super::Isa::Avx2Vnni => DP_VEX,
+        super::Isa::Avx512Vnni => DP_EVEX,
+        _ => DP_MADDUBS,
+    }
 }
 
 /// Computes weight rows `rows` against every row of `qa` (see [`quantized_rows`]).
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C (and AVX-VNNI when `vnni`), and the shapes must be
+/// The CPU must have AVX2, FMA and F16C (and the features [`dpbusd`] names for `dp`), and the
+/// shapes must be
 /// those [`quantized_rows`] asserts: `qa.cols == w.cols()`, `qa.q`/`qa.d`/`qa.s` hold
 /// `qa.rows` rows of `w.cols() / BLOCK` blocks, `rows.end <= w.rows()` and
 /// `local.len() >= rows.len() * qa.rows`. The tile kernels read blocks unchecked on these
 /// bounds.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_avx2(
-    w: &Weight,
-    rows: std::ops::Range<usize>,
-    qa: &QActivations,
-    local: &mut [f32],
-    vnni: bool,
-) {
+unsafe fn rows_avx2(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32], dp: u8) {
     if w.interleaved() {
         // SAFETY: this function's own contract is `rows_x8`'s.
-        return unsafe { rows_x8(w, rows, qa, local, vnni) };
+        return unsafe { rows_x8(w, rows, qa, local, dp) };
     }
     let m = qa.rows;
     let row_bytes = w.row_bytes();
@@ -184,21 +191,14 @@ fn tile_q4<const T: usize, const MIN: bool>(
 /// Interleaved 4-bit weights: eight rows per record, results straight in vector lanes.
 ///
 /// # Safety
-/// As for [`rows_avx2`], with `w` interleaved (8-row groups, `rows` on group bounds); `vnni`
-/// may be true only where the CPU has AVX-VNNI.
+/// As for [`rows_avx2`], with `w` interleaved (8-row groups, `rows` on group bounds).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_x8(
-    w: &Weight,
-    rows: std::ops::Range<usize>,
-    qa: &QActivations,
-    local: &mut [f32],
-    vnni: bool,
-) {
+unsafe fn rows_x8(w: &Weight, rows: std::ops::Range<usize>, qa: &QActivations, local: &mut [f32], dp: u8) {
     assert!(
         rows.start.is_multiple_of(GROUP) && rows.end.is_multiple_of(GROUP),
         "row ranges follow the 8-row groups"
     );
-    assert!(vnni || w.format() != Format::Q8_0, "interleaved q8_0 is only built for AVX-VNNI");
+    assert!(dp != DP_MADDUBS || w.format() != Format::Q8_0, "interleaved q8_0 is only built for VNNI");
     let m = qa.rows;
     let nb = qa.cols / BLOCK;
     let rec = record_bytes(w.format());
@@ -211,9 +211,12 @@ unsafe fn rows_x8(
             let t = (m - i).min(TILE);
             let mut res = [[0f32; GROUP]; TILE];
             let format = w.format();
-            if vnni {
-                // SAFETY: callers pass `vnni` only when run-time detection found AVX-VNNI.
+            if dp == DP_VEX {
+                // SAFETY: callers pass `DP_VEX` only when run-time detection found AVX-VNNI.
                 unsafe { tile_x8_vnni_dispatch(format, t, group, qa, i, &mut res) };
+            } else if dp == DP_EVEX {
+                // SAFETY: callers pass `DP_EVEX` only when detection found AVX512-VNNI and -VL.
+                unsafe { tile_x8_vnni512_dispatch(format, t, group, qa, i, &mut res) };
             } else {
                 match (format == Format::Q4_1, t) {
                     (true, 4) => tile_x8::<4, true>(group, qa, i, &mut res),
@@ -235,33 +238,71 @@ unsafe fn rows_x8(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-fn tile_x8_vnni_dispatch(
-    format: Format,
-    t: usize,
-    group: &[u8],
-    qa: &QActivations,
-    i: usize,
-    res: &mut [[f32; GROUP]; TILE],
-) {
-    use {KIND_Q4_0 as A, KIND_Q4_1 as B, KIND_Q8_0 as C};
-    // SAFETY (all arms): this function's own target features include the body's.
-    unsafe {
-        match (format, t) {
-            (Format::Q4_1, 4) => tile_x8_body::<4, B, true>(group, qa, i, res),
-            (Format::Q4_1, 3) => tile_x8_body::<3, B, true>(group, qa, i, res),
-            (Format::Q4_1, 2) => tile_x8_body::<2, B, true>(group, qa, i, res),
-            (Format::Q4_1, _) => tile_x8_body::<1, B, true>(group, qa, i, res),
-            (Format::Q8_0, 4) => tile_x8_body::<4, C, true>(group, qa, i, res),
-            (Format::Q8_0, 3) => tile_x8_body::<3, C, true>(group, qa, i, res),
-            (Format::Q8_0, 2) => tile_x8_body::<2, C, true>(group, qa, i, res),
-            (Format::Q8_0, _) => tile_x8_body::<1, C, true>(group, qa, i, res),
-            (_, 4) => tile_x8_body::<4, A, true>(group, qa, i, res),
-            (_, 3) => tile_x8_body::<3, A, true>(group, qa, i, res),
-            (_, 2) => tile_x8_body::<2, A, true>(group, qa, i, res),
-            (_, _) => tile_x8_body::<1, A, true>(group, qa, i, res),
+/// Defines a dispatcher over record kinds and tile heights for one `vpdpbusd` encoding: the
+/// two differ only in the target features that [`tile_x8_body`] is compiled with.
+macro_rules! vnni_dispatch {
+    ($(#[$attr:meta])* $name:ident, $features:literal, $dp:expr) => {
+        $(#[$attr])*
+        #[target_feature(enable = $features)]
+        fn $name(
+            format: Format,
+            t: usize,
+            group: &[u8],
+            qa: &QActivations,
+            i: usize,
+            res: &mut [[f32; GROUP]; TILE],
+        ) {
+            use {KIND_Q4_0 as A, KIND_Q4_1 as B, KIND_Q8_0 as C};
+            const D: u8 = $dp;
+            // SAFETY (all arms): this function's own target features include the body's.
+            unsafe {
+                match (format, t) {
+                    (Format::Q4_1, 4) => tile_x8_body::<4, B, D>(group, qa, i, res),
+                    (Format::Q4_1, 3) => tile_x8_body::<3, B, D>(group, qa, i, res),
+                    (Format::Q4_1, 2) => tile_x8_body::<2, B, D>(group, qa, i, res),
+                    (Format::Q4_1, _) => tile_x8_body::<1, B, D>(group, qa, i, res),
+                    (Format::Q8_0, 4) => tile_x8_body::<4, C, D>(group, qa, i, res),
+                    (Format::Q8_0, 3) => tile_x8_body::<3, C, D>(group, qa, i, res),
+                    (Format::Q8_0, 2) => tile_x8_body::<2, C, D>(group, qa, i, res),
+                    (Format::Q8_0, _) => tile_x8_body::<1, C, D>(group, qa, i, res),
+                    (_, 4) => tile_x8_body::<4, A, D>(group, qa, i, res),
+                    (_, 3) => tile_x8_body::<3, A, D>(group, qa, i, res),
+                    (_, 2) => tile_x8_body::<2, A, D>(group, qa, i, res),
+                    (_, _) => tile_x8_body::<1, A, D>(group, qa, i, res),
+                }
+            }
         }
-    }
+    };
+}
+
+vnni_dispatch!(
+    /// [`tile_x8_body`] with AVX-VNNI's (VEX) `vpdpbusd`.
+    tile_x8_vnni_dispatch,
+    "avx2,fma,f16c,avxvnni",
+    DP_VEX
+);
+vnni_dispatch!(
+    /// [`tile_x8_body`] with AVX512-VNNI's (EVEX) `vpdpbusd` on 256-bit registers.
+    tile_x8_vnni512_dispatch,
+    "avx2,fma,f16c,avx512vnni,avx512vl",
+    DP_EVEX
+);
+
+/// How [`tile_x8_body`] forms u8 × i8 products: `maddubs` pairs summed as i16, or `vpdpbusd`
+/// into i32 in AVX-VNNI's or AVX512-VNNI's encoding (the same operation, so the same bits).
+const DP_MADDUBS: u8 = 0;
+const DP_VEX: u8 = 1;
+const DP_EVEX: u8 = 2;
+
+/// `vpdpbusd` in the encoding `DP` names.
+///
+/// # Safety
+/// Only inlined into callers that enable avxvnni (`DP_VEX`) or avx512vnni and avx512vl
+/// (`DP_EVEX`).
+#[inline(always)]
+unsafe fn dpbusd<const DP: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    // SAFETY: the caller's target features are this function's contract.
+    unsafe { if DP == DP_EVEX { _mm256_dpbusd_epi32(acc, u, s) } else { _mm256_dpbusd_avx_epi32(acc, u, s) } }
 }
 
 /// Record kinds of [`tile_x8_body`].
@@ -278,12 +319,12 @@ fn tile_x8<const T: usize, const MIN: bool>(
     res: &mut [[f32; GROUP]; TILE],
 ) {
     let kind = if MIN { KIND_Q4_1 } else { KIND_Q4_0 };
-    // SAFETY: this function's target features are the body's when `VNNI` is false.
+    // SAFETY: this function's target features are the body's with `DP_MADDUBS`.
     unsafe {
         if kind == KIND_Q4_1 {
-            tile_x8_body::<T, KIND_Q4_1, false>(group, qa, i0, res)
+            tile_x8_body::<T, KIND_Q4_1, DP_MADDUBS>(group, qa, i0, res)
         } else {
-            tile_x8_body::<T, KIND_Q4_0, false>(group, qa, i0, res)
+            tile_x8_body::<T, KIND_Q4_0, DP_MADDUBS>(group, qa, i0, res)
         }
     }
 }
@@ -296,10 +337,10 @@ fn tile_x8<const T: usize, const MIN: bool>(
 /// the offset m·(da·Σa) is added (m = −8·d, the stored minimum, or −128·d).
 ///
 /// # Safety
-/// Only inlined into callers that enable avx2, fma, f16c (and avxvnni when `VNNI`, which
-/// `KIND_Q8_0` requires).
+/// Only inlined into callers that enable avx2, fma, f16c, and the features [`dpbusd`] names
+/// unless `DP` is `DP_MADDUBS` (which `KIND_Q8_0` cannot use).
 #[inline(always)]
-unsafe fn tile_x8_body<const T: usize, const KIND: u8, const VNNI: bool>(
+unsafe fn tile_x8_body<const T: usize, const KIND: u8, const DP: u8>(
     group: &[u8],
     qa: &QActivations,
     i0: usize,
@@ -335,11 +376,7 @@ unsafe fn tile_x8_body<const T: usize, const KIND: u8, const VNNI: bool>(
                     let w = _mm256_loadu_si256(r.add(qs_at + 32 * c).cast());
                     for (t, s) in sums.iter_mut().enumerate() {
                         let a = qa.q.as_ptr().add(((i0 + t) * nb + b) * BLOCK + 4 * c);
-                        *s = _mm256_dpbusd_avx_epi32(
-                            *s,
-                            w,
-                            _mm256_set1_epi32(a.cast::<i32>().read_unaligned()),
-                        );
+                        *s = dpbusd::<DP>(*s, w, _mm256_set1_epi32(a.cast::<i32>().read_unaligned()));
                     }
                 }
             }
@@ -351,9 +388,9 @@ unsafe fn tile_x8_body<const T: usize, const KIND: u8, const VNNI: bool>(
                     let a = qa.q.as_ptr().add(((i0 + t) * nb + b) * BLOCK);
                     let a_lo = _mm256_set1_epi32(a.add(4 * c).cast::<i32>().read_unaligned());
                     let a_hi = _mm256_set1_epi32(a.add(4 * (c + 4)).cast::<i32>().read_unaligned());
-                    if VNNI {
-                        *s = _mm256_dpbusd_avx_epi32(*s, w_lo, a_lo);
-                        *s = _mm256_dpbusd_avx_epi32(*s, w_hi, a_hi);
+                    if DP != DP_MADDUBS {
+                        *s = dpbusd::<DP>(*s, w_lo, a_lo);
+                        *s = dpbusd::<DP>(*s, w_hi, a_hi);
                     } else {
                         *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_lo, a_lo));
                         *s = _mm256_add_epi16(*s, _mm256_maddubs_epi16(w_hi, a_hi));
@@ -362,7 +399,7 @@ unsafe fn tile_x8_body<const T: usize, const KIND: u8, const VNNI: bool>(
             }
             for (t, acc) in acc.iter_mut().enumerate() {
                 let idx = (i0 + t) * nb + b;
-                let wide = if VNNI { sums[t] } else { _mm256_madd_epi16(sums[t], ones) };
+                let wide = if DP != DP_MADDUBS { sums[t] } else { _mm256_madd_epi16(sums[t], ones) };
                 let scale = _mm256_mul_ps(dv, _mm256_set1_ps(*qa.d.get_unchecked(idx)));
                 *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(wide), scale, *acc);
                 *acc = _mm256_fmadd_ps(mv, _mm256_set1_ps(*qa.s.get_unchecked(idx)), *acc);
@@ -475,7 +512,7 @@ fn f32_rows_avx2(w: &[f32], k: usize, rows: std::ops::Range<usize>, x: &[f32], m
 mod tests {
     use super::super::quant::quantize_activations;
     use super::super::testing::random_blocks;
-    use super::super::{Isa, isa, scalar};
+    use super::super::{isa, scalar};
     use super::*;
 
     #[test]
@@ -525,6 +562,20 @@ mod tests {
         }
     }
 
+    /// The product forms of [`tile_x8_body`] this CPU can run.
+    fn product_forms() -> Vec<u8> {
+        let mut forms = vec![DP_MADDUBS];
+        if std::arch::is_x86_feature_detected!("avxvnni") {
+            forms.push(DP_VEX);
+        }
+        if std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            forms.push(DP_EVEX);
+        }
+        forms
+    }
+
     #[test]
     fn avx2_matches_scalar_for_every_format_and_tile_remainder() {
         if !isa().has_avx2() {
@@ -548,14 +599,24 @@ mod tests {
                 // as the thread pool would split them.
                 let wx = w.clone().prepared();
                 if wx.interleaved() {
-                    let variants =
-                        if format == Format::Q8_0 { vec![true] } else { vec![false, isa() == Isa::Avx2Vnni] };
-                    for vnni in variants {
+                    // Every product form this CPU has: all give the same bits.
+                    let mut first: Option<Vec<f32>> = None;
+                    for dp in
+                        product_forms().into_iter().filter(|&dp| format != Format::Q8_0 || dp != DP_MADDUBS)
+                    {
                         let (mut lo, mut hi) = (vec![0f32; 8 * m], vec![0f32; (rows - 8) * m]);
-                        // SAFETY: AVX2 was detected above; `vnni` only when AVX-VNNI was.
+                        // SAFETY: AVX2 was detected above, and `product_forms` the rest.
                         unsafe {
-                            rows_avx2(&wx, 0..8, &qa, &mut lo, vnni);
-                            rows_avx2(&wx, 8..rows, &qa, &mut hi, vnni);
+                            rows_avx2(&wx, 0..8, &qa, &mut lo, dp);
+                            rows_avx2(&wx, 8..rows, &qa, &mut hi, dp);
+                        }
+                        let both: Vec<f32> = lo.iter().chain(&hi).copied().collect();
+                        match &first {
+                            None => first = Some(both),
+                            Some(f) => assert!(
+                                f.iter().zip(&both).all(|(x, y)| x.to_bits() == y.to_bits()),
+                                "{format:?} m={m}: product form {dp} differs from the first"
+                            ),
                         }
                         for i in 0..m {
                             let row = lo[i * 8..(i + 1) * 8]
@@ -564,7 +625,7 @@ mod tests {
                             for (x, y) in row.zip(&b[i * rows..(i + 1) * rows]) {
                                 assert!(
                                     (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
-                                    "interleaved {format:?} m={m} vnni={vnni}: {x} vs {y}"
+                                    "interleaved {format:?} m={m} form {dp}: {x} vs {y}"
                                 );
                             }
                         }
