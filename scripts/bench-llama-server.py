@@ -92,9 +92,19 @@ def pacer_hold(name):
     return int(name.rsplit("-hold", 1)[1]) if "-hold" in name else 0
 
 
+KERNELS = ("vnni", "vnni512", "avx2", "scalar")
+
+
+def pacer_kernels(name):
+    """The `PACER_KERNELS` of a `pacer-K` variant (`pacer-vnni`: the AMX tiles off); None otherwise."""
+    k = name.rsplit("-", 1)[1] if name.startswith("pacer-") else None
+    return k if k in KERNELS else None
+
+
 def server_env(name):
-    """`pacer-vnni` is Pacer with the AMX tiles off (`PACER_KERNELS=vnni`); the rest inherit."""
-    return dict(os.environ, PACER_KERNELS="vnni") if name.endswith("-vnni") else None
+    """A `pacer-K` variant runs with `PACER_KERNELS=K`; the rest inherit."""
+    k = pacer_kernels(name)
+    return dict(os.environ, PACER_KERNELS=k) if k else None
 
 
 def server_cmd(args, name, cache, workload, port, c):
@@ -130,8 +140,8 @@ def peers(llama_parallel):
     return ["llama-server"] + ([f"llama-server-np{llama_parallel}"] if llama_parallel else [])
 
 
-def pacers(hold_ms, vnni=False):
-    return ["pacer"] + ([f"pacer-hold{hold_ms}"] if hold_ms else []) + (["pacer-vnni"] if vnni else [])
+def pacers(hold_ms, kernels=None):
+    return ["pacer"] + ([f"pacer-hold{hold_ms}"] if hold_ms else []) + ([f"pacer-{kernels}"] if kernels else [])
 
 
 def runs_at(name, c):
@@ -141,18 +151,18 @@ def runs_at(name, c):
 
 
 def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0,
-           hold_ms=0, vnni=False):
+           hold_ms=0, kernels=None):
     print(f"threads={threads}, q4_0, chat, {max_tokens} output tokens, median of {rounds} rounds; "
           f"SLA TTFT ≤ {slo_ttft_ms:.0f} ms and TPOT ≤ {slo_tpot_ms:.0f} ms; Pacer / llama-server\n")
     for cache in settings:
         for workload in workloads:
-            for pacer, peer in [(p, q) for p in pacers(hold_ms, vnni) for q in peers(llama_parallel)]:
+            for pacer, peer in [(p, q) for p in pacers(hold_ms, kernels) for q in peers(llama_parallel)]:
                 if not any(runs_at(peer, c) for c in levels):
                     continue
                 n = fixed_slots(peer)
                 slots = f"--parallel {n}" if n else "one slot per client"
                 hold = f", Pacer --prefill-hold-ms {pacer_hold(pacer)}" if pacer_hold(pacer) else ""
-                hold += ", Pacer PACER_KERNELS=vnni (no AMX tiles)" if pacer.endswith("-vnni") else ""
+                hold += f", Pacer PACER_KERNELS={pacer_kernels(pacer)}" if pacer_kernels(pacer) else ""
                 print(f"cache {'on' if cache else 'off'}, {workload} prompts, llama-server {slots}{hold}\n")
                 print("| concurrency | output tok/s | goodput req/s | P50 TTFT ms | P95 TTFT ms | P50 ITL ms | P95 ITL ms | failed |")
                 print("|---:|---|---|---|---|---|---|---|")
@@ -193,8 +203,10 @@ def main():
                     help="also run llama-server with this many slots at every level above it (0: off)")
     ap.add_argument("--pacer-hold-ms", type=int, default=0,
                     help="also run Pacer with this --prefill-hold-ms (0: off)")
-    ap.add_argument("--pacer-vnni", action="store_true",
-                    help="also run Pacer with PACER_KERNELS=vnni (the AVX-VNNI kernels without AMX tiles)")
+    ap.add_argument("--pacer-kernels", choices=KERNELS,
+                    help="also run Pacer with PACER_KERNELS set to this (vnni: the AMX tiles off; avx2: no VNNI)")
+    ap.add_argument("--pacer-vnni", action="store_const", const="vnni", dest="pacer_kernels",
+                    help="the same as --pacer-kernels vnni")
     ap.add_argument("--json-out")
     ap.add_argument("--report", help="print the tables of a saved --json-out file and exit")
     args = ap.parse_args()
@@ -204,19 +216,20 @@ def main():
         a = saved["args"]
         render(saved["medians"], a["threads"], a["max_tokens"], a["rounds"], a["slo_ttft_ms"], a["slo_tpot_ms"],
                [x == "on" for x in a["settings"].split(",")], a["workloads"].split(","), a["levels"],
-               a.get("llama_parallel", 0), a.get("pacer_hold_ms", 0), a.get("pacer_vnni", False))
+               a.get("llama_parallel", 0), a.get("pacer_hold_ms", 0),
+               a.get("pacer_kernels") or ("vnni" if a.get("pacer_vnni") else None))
         return
     args.levels = [int(c) for c in args.concurrency.split(",")]
     settings = [s == "on" for s in args.settings.split(",")]
     workloads = args.workloads.split(",")
     runs = {}  # (setting, workload, server, c) -> [reports]
     tmp = tempfile.mkdtemp(prefix="pacer-vs-llama-server-")
-    total = args.rounds * len(settings) * len(workloads) * (len(pacers(args.pacer_hold_ms, args.pacer_vnni)) + len(peers(args.llama_parallel)))
+    total = args.rounds * len(settings) * len(workloads) * (len(pacers(args.pacer_hold_ms, args.pacer_kernels)) + len(peers(args.llama_parallel)))
     done = 0
     for rnd in range(args.rounds):
         for cache in settings:
             for workload in workloads:
-                servers = pacers(args.pacer_hold_ms, args.pacer_vnni) + peers(args.llama_parallel)
+                servers = pacers(args.pacer_hold_ms, args.pacer_kernels) + peers(args.llama_parallel)
                 if rnd % 2:
                     servers.reverse()
                 for name in servers:
@@ -240,7 +253,7 @@ def main():
                else float("nan") for f in FIELDS} | {"failed": sum(r["failed"] or 0 for r in v)}
            for k, v in runs.items()}
     render(med, args.threads, args.max_tokens, args.rounds, args.slo_ttft_ms, args.slo_tpot_ms,
-           settings, workloads, args.levels, args.llama_parallel, args.pacer_hold_ms, args.pacer_vnni)
+           settings, workloads, args.levels, args.llama_parallel, args.pacer_hold_ms, args.pacer_kernels)
     if args.json_out:
         with open(args.json_out, "w") as f:
             # File names only: the report says what ran, not where it lay on this machine.
