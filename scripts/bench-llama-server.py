@@ -5,7 +5,8 @@ the same threads and the same load from pacer-bench. Each level gets a fresh ser
 llama-server `--parallel C` (one slot per client), Pacer `--max-batch-size C`. With
 `--llama-parallel N`, llama-server also runs with N slots at every level above N (a client
 beyond the slots waits in its queue), which is its best throughput when fewer, fuller slots beat
-one per client; the tables then show Pacer against both.
+one per client; the tables then show Pacer against both. `--pacer-max-batch N` is the same for
+Pacer (`--max-batch-size N` at every level above N).
 
 Settings (each a pair of servers measured side by side):
   cache on:  Pacer with its prefix cache (its default) | llama-server with its prompt cache (its default)
@@ -26,6 +27,7 @@ the ratio Pacer / llama-server. Standard library only.
 import argparse
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -88,8 +90,15 @@ def fixed_slots(name):
 
 
 def pacer_hold(name):
-    """The `--prefill-hold-ms` of a `pacer-holdN` variant; 0 for plain `pacer`."""
-    return int(name.rsplit("-hold", 1)[1]) if "-hold" in name else 0
+    """The `--prefill-hold-ms` of a `pacer-holdN` (or `pacer-holdN-mbB`) variant; 0 otherwise."""
+    m = re.search(r"-hold(\d+)", name)
+    return int(m.group(1)) if m else 0
+
+
+def fixed_batch(name):
+    """The `--max-batch-size` of a `pacer-…-mbB` variant; None for one row per client."""
+    m = re.search(r"-mb(\d+)", name)
+    return int(m.group(1)) if m else None
 
 
 KERNELS = ("vnni", "vnni512", "avx2", "scalar")
@@ -111,7 +120,7 @@ def server_cmd(args, name, cache, workload, port, c):
     if name.startswith("pacer"):
         return [args.pacer, "serve", "--model", args.model, "--tier", "q4_0", "--threads", str(args.threads),
                 "--port", str(port), "--served-model-name", "smol",
-                "--max-batch-size", str(c), "--prefix-caching", "true" if cache else "false",
+                "--max-batch-size", str(fixed_batch(name) or c), "--prefix-caching", "true" if cache else "false",
                 "--prefill-hold-ms", str(pacer_hold(name))], "/ready"
     # llama-server splits its context evenly over its slots; a mixed-workload prompt needs ~2,100.
     slots = fixed_slots(name) or c
@@ -140,34 +149,37 @@ def peers(llama_parallel):
     return ["llama-server"] + ([f"llama-server-np{llama_parallel}"] if llama_parallel else [])
 
 
-def pacers(hold_ms, kernels=None):
-    return ["pacer"] + ([f"pacer-hold{hold_ms}"] if hold_ms else []) + ([f"pacer-{kernels}"] if kernels else [])
+def pacers(hold_ms, kernels=None, max_batch=0):
+    batched = [f"pacer{f'-hold{hold_ms}' if hold_ms else ''}-mb{max_batch}"] if max_batch else []
+    return ["pacer"] + ([f"pacer-hold{hold_ms}"] if hold_ms else []) + ([f"pacer-{kernels}"] if kernels else []) + batched
 
 
 def runs_at(name, c):
-    """Whether `name` runs at concurrency `c` (a fixed-slot variant only where it differs)."""
-    n = fixed_slots(name)
+    """Whether `name` runs at concurrency `c` (a fixed-slot or fixed-batch variant only where it
+    differs)."""
+    n = fixed_slots(name) or fixed_batch(name)
     return n is None or c > n
 
 
 def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0,
-           hold_ms=0, kernels=None):
+           hold_ms=0, kernels=None, max_batch=0):
     print(f"threads={threads}, q4_0, chat, {max_tokens} output tokens, median of {rounds} rounds; "
           f"SLA TTFT ≤ {slo_ttft_ms:.0f} ms and TPOT ≤ {slo_tpot_ms:.0f} ms; Pacer / llama-server\n")
     for cache in settings:
         for workload in workloads:
-            for pacer, peer in [(p, q) for p in pacers(hold_ms, kernels) for q in peers(llama_parallel)]:
-                if not any(runs_at(peer, c) for c in levels):
+            for pacer, peer in [(p, q) for p in pacers(hold_ms, kernels, max_batch) for q in peers(llama_parallel)]:
+                if not any(runs_at(peer, c) and runs_at(pacer, c) for c in levels):
                     continue
                 n = fixed_slots(peer)
                 slots = f"--parallel {n}" if n else "one slot per client"
                 hold = f", Pacer --prefill-hold-ms {pacer_hold(pacer)}" if pacer_hold(pacer) else ""
                 hold += f", Pacer PACER_KERNELS={pacer_kernels(pacer)}" if pacer_kernels(pacer) else ""
+                hold += f", Pacer --max-batch-size {fixed_batch(pacer)}" if fixed_batch(pacer) else ""
                 print(f"cache {'on' if cache else 'off'}, {workload} prompts, llama-server {slots}{hold}\n")
                 print("| concurrency | output tok/s | goodput req/s | P50 TTFT ms | P95 TTFT ms | P50 ITL ms | P95 ITL ms | failed |")
                 print("|---:|---|---|---|---|---|---|---|")
                 for c in levels:
-                    if not runs_at(peer, c):
+                    if not (runs_at(peer, c) and runs_at(pacer, c)):
                         continue
                     p = med[f"{'on' if cache else 'off'}|{workload}|{pacer}|{c}"]
                     l = med[f"{'on' if cache else 'off'}|{workload}|{peer}|{c}"]
@@ -207,6 +219,9 @@ def main():
                     help="also run Pacer with PACER_KERNELS set to this (vnni: the AMX tiles off; avx2: no VNNI)")
     ap.add_argument("--pacer-vnni", action="store_const", const="vnni", dest="pacer_kernels",
                     help="the same as --pacer-kernels vnni")
+    ap.add_argument("--pacer-max-batch", type=int, default=0,
+                    help="also run Pacer with this --max-batch-size (and --pacer-hold-ms, if set) at every level "
+                         "above it, the counterpart of --llama-parallel (0: off)")
     ap.add_argument("--json-out")
     ap.add_argument("--report", help="print the tables of a saved --json-out file and exit")
     args = ap.parse_args()
@@ -217,19 +232,19 @@ def main():
         render(saved["medians"], a["threads"], a["max_tokens"], a["rounds"], a["slo_ttft_ms"], a["slo_tpot_ms"],
                [x == "on" for x in a["settings"].split(",")], a["workloads"].split(","), a["levels"],
                a.get("llama_parallel", 0), a.get("pacer_hold_ms", 0),
-               a.get("pacer_kernels") or ("vnni" if a.get("pacer_vnni") else None))
+               a.get("pacer_kernels") or ("vnni" if a.get("pacer_vnni") else None), a.get("pacer_max_batch", 0))
         return
     args.levels = [int(c) for c in args.concurrency.split(",")]
     settings = [s == "on" for s in args.settings.split(",")]
     workloads = args.workloads.split(",")
     runs = {}  # (setting, workload, server, c) -> [reports]
     tmp = tempfile.mkdtemp(prefix="pacer-vs-llama-server-")
-    total = args.rounds * len(settings) * len(workloads) * (len(pacers(args.pacer_hold_ms, args.pacer_kernels)) + len(peers(args.llama_parallel)))
+    total = args.rounds * len(settings) * len(workloads) * (len(pacers(args.pacer_hold_ms, args.pacer_kernels, args.pacer_max_batch)) + len(peers(args.llama_parallel)))
     done = 0
     for rnd in range(args.rounds):
         for cache in settings:
             for workload in workloads:
-                servers = pacers(args.pacer_hold_ms, args.pacer_kernels) + peers(args.llama_parallel)
+                servers = pacers(args.pacer_hold_ms, args.pacer_kernels, args.pacer_max_batch) + peers(args.llama_parallel)
                 if rnd % 2:
                     servers.reverse()
                 for name in servers:
@@ -253,7 +268,8 @@ def main():
                else float("nan") for f in FIELDS} | {"failed": sum(r["failed"] or 0 for r in v)}
            for k, v in runs.items()}
     render(med, args.threads, args.max_tokens, args.rounds, args.slo_ttft_ms, args.slo_tpot_ms,
-           settings, workloads, args.levels, args.llama_parallel, args.pacer_hold_ms, args.pacer_kernels)
+           settings, workloads, args.levels, args.llama_parallel, args.pacer_hold_ms, args.pacer_kernels,
+           args.pacer_max_batch)
     if args.json_out:
         with open(args.json_out, "w") as f:
             # File names only: the report says what ran, not where it lay on this machine.
