@@ -145,12 +145,21 @@ async fn the_operator_holds_the_sla_on_real_prometheus_series() {
         (deployment_replicas(&ns, "enforced").await? == scaled).then_some(())
     })
     .await;
-    let events: Vec<Event> = ns.api::<Event>().list(&ListParams::default()).await.expect("events").items;
+    // The operator writes the status before it publishes the decision's Event and counts it,
+    // so both may trail the status this test saw by a moment.
+    let decided_event =
+        |e: &Event| e.reason.as_deref() == Some("TTFTViolated") && e.action.as_deref() == Some("Decide");
+    let mut events: Vec<Event> = Vec::new();
+    for _ in 0..100 {
+        events = ns.api::<Event>().list(&ListParams::default()).await.expect("events").items;
+        if events.iter().any(decided_event) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
-        events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("TTFTViolated") && e.action.as_deref() == Some("Decide")),
-        "an Event for the decision: {:?}",
+        events.iter().any(decided_event),
+        "an Event for the decision within 10 s: {:?}",
         events.iter().map(|e| (&e.reason, &e.note)).collect::<Vec<_>>()
     );
     let decided = op.metric("pacer_operator_decisions_total", "lever=\"replicas\"").await.unwrap_or(0.0);
