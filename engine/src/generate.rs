@@ -21,7 +21,8 @@ pub struct GenerateRequest {
     pub sampling: SamplingParams,
     /// Stop strings (not included in the output).
     pub stop: Vec<String>,
-    /// Keep going past EOS / end-of-turn tokens (benchmarks want fixed lengths).
+    /// Never stop at, nor draw, the end-of-turn tokens: generate `max_tokens` of text
+    /// (benchmarks want fixed lengths).
     pub ignore_eos: bool,
     /// Report each generated token's log probability and this many most likely alternatives
     /// (`None`: no log probabilities).
@@ -188,7 +189,10 @@ impl Sequence {
             self.prefilled += fed;
         }
         let logits = logits?;
-        let token = self.sampler.sample(logits);
+        // Under `ignore_eos` the end-of-turn tokens are never drawn (as llama.cpp's server does):
+        // the output is text to the last token, not special tokens that stream nothing.
+        let banned: &[u32] = if self.ignore_eos { tokenizer.stop_ids() } else { &[] };
+        let token = self.sampler.sample_excluding(logits, banned);
         self.generated.push(token);
         let end_of_turn = !self.ignore_eos && tokenizer.stop_ids().contains(&token);
         let logprob = self.logprobs.filter(|_| !end_of_turn).map(|top| token_logprob(logits, token, top));

@@ -135,11 +135,32 @@ impl Sampler {
 
     /// Picks the next token id.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.sample_excluding(logits, &[])
+    }
+
+    /// Picks the next token id, never one of `banned` (the end-of-turn tokens under
+    /// `ignore_eos`) unless every token is banned.
+    pub fn sample_excluding(&mut self, logits: &[f32], banned: &[u32]) -> u32 {
         let p = self.params;
+        let allowed = |i: u32| !banned.contains(&i);
         if p.temperature <= 0.0 || p.top_k == 1 {
-            return argmax(logits);
+            let best = argmax(logits);
+            if allowed(best) {
+                return best;
+            }
+            let mut best = None::<usize>;
+            for (i, &v) in logits.iter().enumerate() {
+                if allowed(i as u32) && best.is_none_or(|b| v > logits[b]) {
+                    best = Some(i);
+                }
+            }
+            return best.map_or(argmax(logits), |b| b as u32);
         }
-        let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &v)| (i as u32, v)).collect();
+        let mut cand: Vec<(u32, f32)> =
+            logits.iter().enumerate().map(|(i, &v)| (i as u32, v)).filter(|&(i, _)| allowed(i)).collect();
+        if cand.is_empty() {
+            return self.sample_excluding(logits, &[]);
+        }
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if p.top_k > 0 && p.top_k < cand.len() {
             cand.select_nth_unstable_by(p.top_k - 1, by_logit);
@@ -200,6 +221,22 @@ mod tests {
     fn greedy_takes_the_first_maximum() {
         assert_eq!(argmax(&[0.1, 3.0, 3.0, -1.0]), 1);
         assert_eq!(Sampler::new(SamplingParams::greedy()).sample(&[0.0, 1.0, 0.5]), 1);
+    }
+
+    #[test]
+    fn banned_tokens_are_never_drawn() {
+        let logits = [0.0f32, 5.0, 4.0, -1.0];
+        assert_eq!(Sampler::new(SamplingParams::greedy()).sample_excluding(&logits, &[1]), 2);
+        assert_eq!(Sampler::new(SamplingParams::greedy()).sample_excluding(&logits, &[3]), 1);
+        let p = SamplingParams { temperature: 2.0, top_k: 2, seed: Some(9), ..Default::default() };
+        let mut s = Sampler::new(p);
+        let drawn: std::collections::BTreeSet<u32> =
+            (0..500).map(|_| s.sample_excluding(&logits, &[1])).collect();
+        // Top-k is taken among the allowed tokens: the two best left are 2 and 0.
+        assert_eq!(drawn, [0, 2].into());
+        // With everything banned the ban is dropped rather than inventing a token.
+        assert_eq!(Sampler::new(SamplingParams::greedy()).sample_excluding(&[1.0, 2.0], &[0, 1]), 1);
+        assert!(Sampler::new(p).sample_excluding(&[1.0, 2.0], &[0, 1]) < 2);
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod common;
 use common::steps::{alone, chat_request, generate, max_abs_diff, prompts};
 
 use pacer_engine::chat::ChatMessage;
-use pacer_engine::generate::{FinishReason, GenerateRequest, Sequence};
+use pacer_engine::generate::{FinishReason, GenerateRequest, Sequence, run_to_completion};
 use pacer_engine::model::{SeqCache, SeqStep};
 use pacer_engine::sampling::SamplingParams;
 use pacer_engine::tokenizer::StreamDecoder;
@@ -146,6 +146,28 @@ fn greedy_chat_answers_and_stops_on_end_of_turn() {
     assert!(text.contains("Paris"), "{text:?}");
     assert_eq!(*finish, Some(FinishReason::Stop));
     assert!(!text.contains("<|im_end|>"));
+}
+
+/// Under `ignore_eos` the end-of-turn tokens are never drawn: the answer that stopped at 10-odd
+/// tokens goes on as text to `max_tokens`, not as special tokens that stream nothing (which a
+/// client sees as a doubled inter-token gap, and which llama.cpp's server never emits).
+#[test]
+fn ignore_eos_generates_text_to_max_tokens_without_end_of_turn_tokens() {
+    let m = common::loaded(Tier::Q4_0);
+    let ctx = m.model.config.context_length;
+    let ended = generate(&m, vec![chat_request(&m, "What is the capital of France?", 64, vec![])], 512);
+    assert!(ended[0].2 < 48, "the answer ends by itself well before 64 tokens: {ended:?}");
+    let mut req = chat_request(&m, "What is the capital of France?", 64, vec![]);
+    req.ignore_eos = true;
+    let mut seqs = vec![Sequence::new(req, ctx).unwrap()];
+    let mut kv = m.model.new_kv_cache(4096).unwrap();
+    let mut text = String::new();
+    run_to_completion(&m.model, &m.tokenizer, &mut kv, &mut seqs, 512, |_, d| text.push_str(&d.text))
+        .unwrap();
+    let generated = seqs[0].generated();
+    assert_eq!((generated.len(), seqs[0].finish()), (64, Some(FinishReason::Length)));
+    assert!(generated.iter().all(|t| !m.tokenizer.stop_ids().contains(t)), "{generated:?}");
+    assert!(text.starts_with(&ended[0].0), "the same answer first: {text:?}");
 }
 
 #[test]
