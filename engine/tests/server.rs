@@ -500,6 +500,31 @@ fn context_length_caps_what_a_request_may_use() {
     assert!(!logs.contains('\x1b'), "colour codes in piped logs: {logs:?}");
 }
 
+/// `ignore_eos` streams a chunk for every generated token: the answer that would end after a
+/// dozen tokens goes on as text, with no end-of-turn token among them that streams nothing
+/// (a client saw a doubled inter-token gap at each, where llama-server, which never draws
+/// them, showed none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignore_eos_streams_a_chunk_for_every_token() {
+    let url = start(config()).await;
+    let mut body = chat("What is the capital of France?", 48);
+    body["ignore_eos"] = json!(true);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let text = post(&url, "/v1/chat/completions", &body).await.text().await.unwrap();
+    let (mut chunks, mut completion) = (0, 0);
+    for data in sse_data(&text).into_iter().filter(|d| d != "[DONE]") {
+        let v: Value = serde_json::from_str(&data).unwrap();
+        if v["choices"][0]["delta"]["content"].as_str().is_some_and(|c| !c.is_empty()) {
+            chunks += 1;
+        }
+        if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+            completion = n;
+        }
+    }
+    assert_eq!((chunks, completion), (48, 48), "{text}");
+}
+
 /// Log probabilities on both endpoints, whole and streamed: one entry per generated token (the
 /// end-of-turn token excepted), whose bytes spell the answer; greedy picks the most likely
 /// token, so its log probability is the first alternative's; the alternatives come most
