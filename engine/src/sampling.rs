@@ -144,9 +144,9 @@ impl Sampler {
         let p = self.params;
         let allowed = |i: u32| !banned.contains(&i);
         if p.temperature <= 0.0 || p.top_k == 1 {
-            let best = argmax(logits);
-            if allowed(best) {
-                return best;
+            let top = argmax(logits);
+            if allowed(top) {
+                return top;
             }
             let mut best = None::<usize>;
             for (i, &v) in logits.iter().enumerate() {
@@ -154,7 +154,7 @@ impl Sampler {
                     best = Some(i);
                 }
             }
-            return best.map_or(argmax(logits), |b| b as u32);
+            return best.map_or(top, |b| b as u32);
         }
         let mut cand: Vec<(u32, f32)> =
             logits.iter().enumerate().map(|(i, &v)| (i as u32, v)).filter(|&(i, _)| allowed(i)).collect();
