@@ -211,6 +211,12 @@ pub struct QActivations {
 /// Quantizes `rows` rows of `cols` f32 values (row-major in `x`) to 8-bit blocks; a prefill's
 /// many rows are split across the compute pool (serially this was a tenth of a long prefill).
 pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations {
+    quantize_activations_on(x, rows, cols, rows >= 8)
+}
+
+/// [`quantize_activations`], split across the pool only if `parallel` (a task of a parallel
+/// matmul quantizes its own rows on its own thread).
+pub(crate) fn quantize_activations_on(x: &[f32], rows: usize, cols: usize, parallel: bool) -> QActivations {
     use rayon::prelude::*;
     assert!(cols.is_multiple_of(BLOCK) && x.len() == rows * cols);
     let nb = cols / BLOCK;
@@ -222,7 +228,7 @@ pub fn quantize_activations(x: &[f32], rows: usize, cols: usize) -> QActivations
         s: vec![0.0; rows * nb],
     };
     let work = |(((q, d), s), x): RowParts<'_>| quantize_row(x, q, d, s);
-    if rows >= 8 {
+    if parallel {
         let rows_out = out.q.par_chunks_mut(cols).zip(out.d.par_chunks_mut(nb)).zip(out.s.par_chunks_mut(nb));
         rows_out.zip(x.par_chunks(cols)).for_each(work);
     } else {
