@@ -89,10 +89,15 @@ multiversion! {
 }
 
 multiversion! {
-    /// SwiGLU: `out[i] = silu(gate[i]) · up[i]`.
+    /// SwiGLU: `out[i] = silu(gate[i]) · up[i]`, with `silu(g) = g·σ(g)`. σ comes from
+    /// `e = e^−|g|` ([`exp_nonpositive`], at most 1, so nothing overflows) as `1 / (1 + e)` for
+    /// `g ≥ 0` and `e / (1 + e)` below: operations that vectorize, where a library `expf` is a
+    /// call per element (8 % of a prefill's time, on one thread, when it was one).
     pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
         for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-            *o = g / (1.0 + (-g).exp()) * u;
+            let e = exp_nonpositive(-g.abs());
+            let num = if g >= 0.0 { 1.0 } else { e };
+            *o = g * (num / (1.0 + e)) * u;
         }
     }
 }
@@ -276,6 +281,27 @@ mod tests {
         assert!(worst < 4.0 * f64::from(f32::EPSILON), "worst relative error {worst:e}");
         assert_eq!(exp_nonpositive(0.0), 1.0);
         assert!(exp_nonpositive(-1000.0) > 0.0 && exp_nonpositive(-1000.0) < 1e-37);
+    }
+
+    #[test]
+    fn silu_mul_is_within_a_few_ulp_of_f64_over_the_whole_range() {
+        // Both signs, around zero, and past where e^g under- or overflows an f32.
+        let gate: Vec<f32> =
+            (-4000..=4000).map(|i| i as f32 * 0.03).chain([-200.0, -90.0, 90.0, 200.0]).collect();
+        let up: Vec<f32> =
+            gate.iter().enumerate().map(|(i, _)| if i % 2 == 0 { 1.0 } else { -0.75 }).collect();
+        let mut out = vec![0f32; gate.len()];
+        silu_mul(&gate, &up, &mut out);
+        for ((&g, &u), &o) in gate.iter().zip(&up).zip(&out) {
+            let (g64, u64_) = (f64::from(g), f64::from(u));
+            let want = g64 / (1.0 + (-g64).exp()) * u64_;
+            let err = (f64::from(o) - want).abs();
+            assert!(err <= 4e-7 * want.abs() + 1e-30, "silu({g}) · {u}: {o} vs {want}");
+            assert!(o.is_finite());
+        }
+        // Exact where it must be: silu(0) = 0, and a large positive gate passes through.
+        silu_mul(&[0.0, 100.0], &[1.0, 1.0], &mut out[..2]);
+        assert_eq!(&out[..2], &[0.0, 100.0]);
     }
 
     #[test]

@@ -25,6 +25,41 @@ pub struct SeqStep<'a> {
     pub logits: bool,
 }
 
+/// Rows at and above which a step's row-wise operations (RMSNorm, SwiGLU) split over the pool:
+/// a prompt chunk's hundreds of rows, whose serial pass left the other threads idle for a tenth
+/// of a prefill; a decode batch's few rows cost less than the fork.
+const PARALLEL_ROWS: usize = 64;
+
+/// Rows per task of those operations.
+const ROWS_PER_TASK: usize = 32;
+
+/// RMSNorm of each of the `rows` rows of `x` into `out`, split over the pool at
+/// [`PARALLEL_ROWS`]. Each row is computed alone either way, so the split changes no bit.
+fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], rows: usize) {
+    if rows < PARALLEL_ROWS {
+        return rms_norm(x, weight, eps, out);
+    }
+    let n = weight.len() * ROWS_PER_TASK;
+    x.par_chunks(n).zip(out.par_chunks_mut(n)).for_each(|(x, out)| rms_norm(x, weight, eps, out));
+}
+
+/// SwiGLU of each of the `rows` rows of `gate_up` (the gate's `ff` values, then the up
+/// projection's) into `act`, split over the pool as [`rms_norm_rows`] is.
+fn swiglu_rows(gate_up: &[f32], ff: usize, act: &mut [f32], rows: usize) {
+    let each = |gate_up: &[f32], act: &mut [f32]| {
+        for (gu, a) in gate_up.chunks_exact(2 * ff).zip(act.chunks_exact_mut(ff)) {
+            silu_mul(&gu[..ff], &gu[ff..], a);
+        }
+    };
+    if rows < PARALLEL_ROWS {
+        return each(gate_up, act);
+    }
+    gate_up
+        .par_chunks(2 * ff * ROWS_PER_TASK)
+        .zip(act.par_chunks_mut(ff * ROWS_PER_TASK))
+        .for_each(|(gate_up, act)| each(gate_up, act));
+}
+
 impl Model {
     /// Runs one step for `batch` and returns, per entry, the next-token logits when asked for.
     /// KV blocks are reserved for every sequence before any compute, so a full cache fails the
@@ -141,7 +176,7 @@ impl Model {
         let mut act = vec![0f32; rows * cfg.feed_forward];
         let half = hd / 2;
         for (li, layer) in w.layers.iter().enumerate() {
-            rms_norm(&x, &layer.attn_norm, cfg.rms_eps, &mut h);
+            rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut h, rows);
             matmul(&h, rows, &layer.qkv, &mut qkv);
             for (r, row) in qkv.chunks_exact_mut(qkv_w).enumerate() {
                 let p = pos_of[r];
@@ -162,12 +197,9 @@ impl Model {
             matmul(&attn, rows, &layer.out, &mut proj);
             add_in_place(&mut x, &proj);
 
-            rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut h);
+            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut h, rows);
             matmul(&h, rows, &layer.gate_up, &mut gate_up);
-            let ff = cfg.feed_forward;
-            for (gu, a) in gate_up.chunks_exact(2 * ff).zip(act.chunks_exact_mut(ff)) {
-                silu_mul(&gu[..ff], &gu[ff..], a);
-            }
+            swiglu_rows(&gate_up, cfg.feed_forward, &mut act, rows);
             matmul(&act, rows, &layer.down, &mut proj);
             add_in_place(&mut x, &proj);
         }
