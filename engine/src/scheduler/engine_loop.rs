@@ -415,7 +415,7 @@ impl Loop<'_> {
             let _ =
                 a.sub.events.send(Event::Token { id: delta.token, text: delta.text, logprob: delta.logprob });
             if let Some(reason) = delta.finish {
-                self.finish(*i, reason, now);
+                self.record_finish(*i, reason, now);
             }
         }
         // The gap the streams saw: the forward and handing out its tokens.
@@ -476,7 +476,8 @@ impl Loop<'_> {
             .map(|_| crate::error::EngineError::Model("injected step failure (test fault)".into()))
     }
 
-    fn finish(&self, i: usize, reason: FinishReason, now: Instant) {
+    /// Records a finished sequence's metrics; [`Self::retire`] frees it and tells its client.
+    fn record_finish(&self, i: usize, reason: FinishReason, now: Instant) {
         let a = &self.running[i];
         let n = a.seq.generated().len();
         let first = a.first_token.unwrap_or(now);
@@ -489,19 +490,27 @@ impl Loop<'_> {
         self.metrics.prompt_len.observe(a.seq.prompt_len() as f64);
         self.metrics.generation_len.observe(n as f64);
         self.metrics.finished(reason.as_str());
-        let _ = a.sub.events.send(Event::Finished {
-            reason,
-            prompt_tokens: a.seq.prompt_len(),
-            completion_tokens: n,
-        });
     }
 
-    /// Removes the sequences `done` selects (keeping the others in admission order) and
-    /// frees their KV blocks.
+    /// Removes the sequences `done` selects (keeping the others in admission order), frees
+    /// their KV blocks and publishes the gauges, and only then tells the finished ones'
+    /// clients: a client that reads the metrics on its answer sees its blocks back.
     fn retire(&mut self, done: impl Fn(&Active) -> bool) {
+        let mut finished = Vec::new();
         for mut a in self.running.extract_if(.., |a| done(a)) {
             self.kv.release(&mut a.seq.cache);
+            if let (Some(reason), false) = (a.seq.finish(), a.failed) {
+                let event = Event::Finished {
+                    reason,
+                    prompt_tokens: a.seq.prompt_len(),
+                    completion_tokens: a.seq.generated().len(),
+                };
+                finished.push((a.sub.events, event));
+            }
         }
         self.publish_gauges();
+        for (events, event) in finished {
+            let _ = events.send(event);
+        }
     }
 }
