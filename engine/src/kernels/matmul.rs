@@ -1,8 +1,11 @@
-//! `out = x · Wᵀ` for a batch of activation rows, split across the thread pool by weight rows.
+//! `out = x · Wᵀ` for a batch of activation rows, split across the thread pool by weight rows,
+//! or, for a prompt chunk's many rows, by activation rows.
 //!
-//! Each task owns a contiguous range of weight rows and computes them against every activation
-//! row, so each weight byte is read from memory once per call however large the batch is. That
-//! is what makes batched decode nearly free on a memory-bound CPU.
+//! Under [`BY_ACTIVATION_ROWS_MIN`] rows each task owns a contiguous range of weight rows and
+//! computes them against every activation row, so each weight byte is read from memory once per
+//! call however large the batch is. That is what makes batched decode nearly free on a
+//! memory-bound CPU. From there on each task owns a block of activation rows and writes whole
+//! rows of the output in place.
 
 use super::quant::{Format, QActivations, Weight, quantize_activations, quantize_activations_on};
 use super::{Isa, dot, isa, scalar};
