@@ -33,31 +33,19 @@ const PARALLEL_ROWS: usize = 64;
 /// Rows per task of those operations.
 const ROWS_PER_TASK: usize = 32;
 
-/// RMSNorm of each of the `rows` rows of `x` into `out`, split over the pool at
-/// [`PARALLEL_ROWS`]. Each row is computed alone either way, so the split changes no bit.
-fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], rows: usize) {
+/// Runs `f` on the `rows` rows of `input` (`in_width` values each) and of `out` (`out_width`
+/// each), split over the pool in blocks of [`ROWS_PER_TASK`] rows at [`PARALLEL_ROWS`] or more.
+/// `f` computes each row alone, so the split changes no bit.
+fn by_row_blocks<F>(input: &[f32], in_width: usize, out: &mut [f32], out_width: usize, rows: usize, f: F)
+where
+    F: Fn(&[f32], &mut [f32]) + Sync,
+{
     if rows < PARALLEL_ROWS {
-        return rms_norm(x, weight, eps, out);
+        return f(input, out);
     }
-    let n = weight.len() * ROWS_PER_TASK;
-    x.par_chunks(n).zip(out.par_chunks_mut(n)).for_each(|(x, out)| rms_norm(x, weight, eps, out));
-}
-
-/// SwiGLU of each of the `rows` rows of `gate_up` (the gate's `ff` values, then the up
-/// projection's) into `act`, split over the pool as [`rms_norm_rows`] is.
-fn swiglu_rows(gate_up: &[f32], ff: usize, act: &mut [f32], rows: usize) {
-    let each = |gate_up: &[f32], act: &mut [f32]| {
-        for (gu, a) in gate_up.chunks_exact(2 * ff).zip(act.chunks_exact_mut(ff)) {
-            silu_mul(&gu[..ff], &gu[ff..], a);
-        }
-    };
-    if rows < PARALLEL_ROWS {
-        return each(gate_up, act);
-    }
-    gate_up
-        .par_chunks(2 * ff * ROWS_PER_TASK)
-        .zip(act.par_chunks_mut(ff * ROWS_PER_TASK))
-        .for_each(|(gate_up, act)| each(gate_up, act));
+    let blocks =
+        input.par_chunks(in_width * ROWS_PER_TASK).zip(out.par_chunks_mut(out_width * ROWS_PER_TASK));
+    blocks.for_each(|(input, out)| f(input, out));
 }
 
 impl Model {
@@ -176,7 +164,7 @@ impl Model {
         let mut act = vec![0f32; rows * cfg.feed_forward];
         let half = hd / 2;
         for (li, layer) in w.layers.iter().enumerate() {
-            rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut h, rows);
+            by_row_blocks(&x, d, &mut h, d, rows, |x, h| rms_norm(x, &layer.attn_norm, cfg.rms_eps, h));
             matmul(&h, rows, &layer.qkv, &mut qkv);
             for (r, row) in qkv.chunks_exact_mut(qkv_w).enumerate() {
                 let p = pos_of[r];
@@ -197,9 +185,14 @@ impl Model {
             matmul(&attn, rows, &layer.out, &mut proj);
             add_in_place(&mut x, &proj);
 
-            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut h, rows);
+            by_row_blocks(&x, d, &mut h, d, rows, |x, h| rms_norm(x, &layer.ffn_norm, cfg.rms_eps, h));
             matmul(&h, rows, &layer.gate_up, &mut gate_up);
-            swiglu_rows(&gate_up, cfg.feed_forward, &mut act, rows);
+            let ff = cfg.feed_forward;
+            by_row_blocks(&gate_up, 2 * ff, &mut act, ff, rows, |gate_up, act| {
+                for (gu, a) in gate_up.chunks_exact(2 * ff).zip(act.chunks_exact_mut(ff)) {
+                    silu_mul(&gu[..ff], &gu[ff..], a);
+                }
+            });
             matmul(&act, rows, &layer.down, &mut proj);
             add_in_place(&mut x, &proj);
         }
