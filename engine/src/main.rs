@@ -93,10 +93,11 @@ struct ServeArgs {
     /// prompts alone still run at the full token budget).
     #[arg(long, env = "PACER_MAX_STEP_MS", default_value_t = pacer_engine::scheduler::DEFAULT_MAX_STEP_MS)]
     max_step_ms: u64,
-    /// How long a new prompt may wait (ms, from its arrival) for others to start in the same
-    /// step, while streams decode and more than 2.5 % of their recent gaps were steps with prompt
-    /// work: fewer such gaps hold the ITL tail at a decode step, at that cost in TTFT (0 = it
-    /// starts at once).
+    /// The prompt hold, in ms (0 = off: prompts start at once, cut to the ITL budget). On, the
+    /// waiting prompt work goes in one step while at most 2.5 % of the streams' recent gaps were
+    /// steps with prompt work; past that, a new prompt waits up to this long (from its arrival)
+    /// for others to start in the same step. Fewer long gaps hold the ITL tail at a decode
+    /// step, at some cost in TTFT.
     #[arg(long, env = "PACER_PREFILL_HOLD_MS", default_value_t = 0)]
     prefill_hold_ms: u64,
     /// JSON file with live batch settings, re-read when it changes (a mounted ConfigMap).

@@ -105,3 +105,54 @@ async fn held_prompts_start_together_and_within_their_hold() {
         "the hold saved too few long gaps: {held_long:?} against {plain_long:?}"
     );
 }
+
+/// Steps the server has run with more rows than the default token budget (512).
+async fn steps_over_the_token_budget(url: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+    let value = |pick: &dyn Fn(&str) -> bool| -> f64 {
+        let line = text.lines().find(|l| pick(l)).unwrap_or_else(|| panic!("no batch-size line in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let all = value(&|l| l.starts_with("pacer_engine_batch_size_count"));
+    let within = value(&|l| l.starts_with("pacer_engine_batch_size_bucket") && l.contains("le=\"512\""));
+    (all - within) as u64
+}
+
+/// A prompt of over a thousand tokens, answered with one token; returns its prompt tokens.
+async fn long_prompt(url: &str, word: &str) -> u64 {
+    let body = json!({ "model": MODEL, "prompt": word.repeat(1200), "max_tokens": 1, "temperature": 0 });
+    let r = common::http::post(url, "/v1/completions", &body).await;
+    assert_eq!(r.status(), 200);
+    let answer: serde_json::Value = r.json().await.unwrap();
+    answer["usage"]["prompt_tokens"].as_u64().unwrap()
+}
+
+/// With the hold on, a long prompt is one step whether it arrives alone or beside streams
+/// (while long gaps are rare, or once its hold is up): one long gap instead of a train of
+/// budget-sized ones. Without the hold, the token budget and the ITL budget cut it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_hold_a_long_prompt_is_one_step_alone_or_beside_streams() {
+    for hold_ms in [2000, 0] {
+        let mut cfg = config();
+        cfg.settings = BatchSettings { prefill_hold_ms: hold_ms, ..BatchSettings::default() };
+        assert_eq!(cfg.settings.max_num_batched_tokens, 512);
+        let url = start(cfg).await;
+        let tokens = long_prompt(&url, "sea ").await;
+        assert!(tokens > 1024, "the prompt is only {tokens} tokens: it fits the token budget twice");
+        let alone = steps_over_the_token_budget(&url).await;
+        let client = reqwest::Client::new();
+        let streams = four_streams(&client, &url);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        // Other words, so the prefix cache does not hold it.
+        long_prompt(&url, "wave ").await;
+        for s in streams {
+            s.await.unwrap();
+        }
+        let beside = steps_over_the_token_budget(&url).await - alone;
+        eprintln!(
+            "hold {hold_ms} ms: {tokens}-token prompt; steps over 512 rows alone {alone}, beside streams {beside}"
+        );
+        let expected = if hold_ms > 0 { 1 } else { 0 };
+        assert_eq!((alone, beside), (expected, expected), "hold {hold_ms} ms");
+    }
+}

@@ -5,7 +5,7 @@
 
 use super::plan::{self, SeqView};
 use super::step_time::{StepClock, TimeBound};
-use super::tail::{self, GapLedger, HoldQuery};
+use super::tail::{self, GapLedger, HoldQuery, PromptStep};
 use super::{BatchSettings, Command, Event, SharedState, Submission};
 use crate::LoadedModel;
 use crate::generate::{FinishReason, Sequence};
@@ -423,14 +423,16 @@ impl Loop<'_> {
         self.retire(|a| a.seq.finish().is_some());
     }
 
-    /// Plans the step, with the prompts that have not started sitting it out when
-    /// [`tail::hold_new_prompts`] says so; a plan that would preempt someone is made again
-    /// without the hold (a held prompt's blocks are not worth a running sequence's progress).
+    /// Plans the step with its prompt work shaped by [`tail::prompt_step`]: whole, in
+    /// budget-sized chunks, or with the prompts that have not started sitting it out. A held
+    /// plan that would preempt someone is made again without the hold (a held prompt's blocks
+    /// are not worth a running sequence's progress).
     fn plan_with_hold(&self, views: &[SeqView], budget: plan::StepBudget, free: usize) -> plan::StepPlan {
-        let unstarted = |i: usize| views[i].prefill_left > 0 && !self.running[i].prefill_started;
-        if !(0..views.len()).any(unstarted) {
+        let hold = Duration::from_millis(self.settings.prefill_hold_ms);
+        if hold.is_zero() || !views.iter().any(|v| v.prefill_left > 0) {
             return plan::plan_step_with(views, budget, free);
         }
+        let unstarted = |i: usize| views[i].prefill_left > 0 && !self.running[i].prefill_started;
         let now = Instant::now();
         let query = HoldQuery {
             gaps: self.running.iter().filter(|a| a.last_token.is_some()).count(),
@@ -438,28 +440,34 @@ impl Loop<'_> {
             oldest_wait: (0..views.len())
                 .filter(|&i| unstarted(i))
                 .map(|i| now.saturating_duration_since(self.running[i].sub.arrived))
-                .max()
-                .unwrap_or_default(),
-            hold: Duration::from_millis(self.settings.prefill_hold_ms),
+                .max(),
+            hold,
         };
-        if !tail::hold_new_prompts(&self.gaps, query) {
-            // Released together, the new prompts go in one step as far as they fit
-            // [`tail::RELEASED_TOKENS`]: one long gap for all of them, not a train of
-            // budget-sized ones (the share bounds how often).
-            let budget = if tail::released_whole(query) {
-                plan::StepBudget { time: None, tokens: budget.tokens.max(tail::RELEASED_TOKENS), ..budget }
-            } else {
-                budget
-            };
-            return plan::plan_step_with(views, budget, free);
+        match tail::prompt_step(&self.gaps, query) {
+            PromptStep::Budgeted => plan::plan_step_with(views, budget, free),
+            // One long gap for all of the prompt work, not a train of budget-sized ones (the
+            // ledger bounds how often).
+            PromptStep::Whole => {
+                let whole = plan::StepBudget {
+                    time: None,
+                    tokens: budget.tokens.max(tail::RELEASED_TOKENS),
+                    ..budget
+                };
+                plan::plan_step_with(views, whole, free)
+            }
+            PromptStep::HoldNew => {
+                let kept: Vec<usize> = (0..views.len()).filter(|&i| !unstarted(i)).collect();
+                let sub: Vec<SeqView> = kept.iter().map(|&i| views[i]).collect();
+                let held = plan::plan_step_with(&sub, budget, free);
+                if !held.preempt.is_empty() {
+                    return plan::plan_step_with(views, budget, free);
+                }
+                plan::StepPlan {
+                    feeds: held.feeds.iter().map(|&(i, n)| (kept[i], n)).collect(),
+                    preempt: Vec::new(),
+                }
+            }
         }
-        let kept: Vec<usize> = (0..views.len()).filter(|&i| !unstarted(i)).collect();
-        let sub: Vec<SeqView> = kept.iter().map(|&i| views[i]).collect();
-        let held = plan::plan_step_with(&sub, budget, free);
-        if !held.preempt.is_empty() {
-            return plan::plan_step_with(views, budget, free);
-        }
-        plan::StepPlan { feeds: held.feeds.iter().map(|&(i, n)| (kept[i], n)).collect(), preempt: Vec::new() }
     }
 
     /// A fault a test injected for this step: a failure, after a stall if one was asked for.

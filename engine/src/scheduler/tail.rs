@@ -1,20 +1,25 @@
-//! Holding new prompts for the inter-token tail (`--prefill-hold-ms`).
+//! Shaping prompt work for the inter-token tail (`--prefill-hold-ms`).
 //!
-//! A step that carries a prompt chunk is a long gap in every stream it runs beside. The SLA is
+//! A step that carries prompt work is a long gap in every stream it runs beside. The SLA is
 //! written on a percentile of those gaps (P95), so what matters is not how long such a step
-//! is but how many of the gaps are such steps: while fewer than [`TAIL_SHARE`] of the recent
-//! gaps were long, a prompt may start at once and P95 stays a plain decode step. Past that
-//! share, a prompt that has not started yet waits (at most the hold, counted from its arrival)
-//! so that the prompts arriving meanwhile start in the same step: one long gap per stream for
-//! several prompts instead of one each. Prompts already part-way through keep their chunks, so
-//! a long prompt is not stretched further, and a hold never costs a preemption. Prompts let
-//! start beside streams go in that one step as far as [`RELEASED_TOKENS`] allows, rather than
-//! in chunks cut to the ITL budget (`max_step_ms`) and the token budget: the ledger already
-//! bounds how many gaps are long, and a train of budget-sized steps would be as many long gaps
-//! as the work takes.
+//! is but how many of the gaps are such steps. With the hold on:
 //!
-//! [`GapLedger`] counts the recent gaps; [`hold_new_prompts`] decides. Both are pure, and the
-//! engine loop carries the decision out.
+//! - While fewer than [`TAIL_SHARE`] of the recent gaps were long (or no stream waits at all),
+//!   all the waiting prompt work goes in one step, as far as [`RELEASED_TOKENS`] allows:
+//!   prompts that arrived and prompts already part-way through. A ~1,000-token prompt is then
+//!   one long gap, not ten cut to the ITL budget, and prompts that arrive together start and
+//!   finish together, so their streams decode side by side and their next prompts arrive
+//!   together too.
+//! - Past that share, a prompt that has not started waits (at most the hold, counted from its
+//!   arrival) so that the prompts arriving meanwhile start in the same step: one long gap per
+//!   stream for several prompts instead of one each. A prompt already part-way through goes
+//!   on in chunks cut to the ITL budget (`max_step_ms`): the percentile is a long gap by then,
+//!   and the budget keeps it short. A hold never costs a preemption.
+//!
+//! With the hold off, the ITL budget cuts every step and the tail is that budget.
+//!
+//! [`GapLedger`] counts the recent gaps; [`prompt_step`] decides. Both are pure, and the engine
+//! loop carries the decision out.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -80,26 +85,51 @@ pub struct HoldQuery {
     /// Whether a prompt already part-way through its prefill runs in the step anyway (then
     /// the step is long whatever else joins it, and holding gains nothing).
     pub prefill_in_progress: bool,
-    /// How long the longest-waiting unstarted prompt has waited since it arrived.
-    pub oldest_wait: Duration,
+    /// How long the longest-waiting unstarted prompt has waited since it arrived; `None` when
+    /// every prompt has started.
+    pub oldest_wait: Option<Duration>,
     /// The hold (`prefill_hold_ms`); zero never holds.
     pub hold: Duration,
 }
 
-/// Whether the unstarted prompts sit this step out.
-pub fn hold_new_prompts(ledger: &GapLedger, q: HoldQuery) -> bool {
-    if q.hold.is_zero() || q.gaps == 0 || q.prefill_in_progress || q.oldest_wait >= q.hold {
-        return false;
-    }
-    ledger.long_share_with(q.gaps) > TAIL_SHARE
+/// How the next step treats the prompt work that is waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptStep {
+    /// Every prompt goes in this step as far as [`RELEASED_TOKENS`] (or the token budget, if
+    /// more) allows: one long gap for all of them.
+    Whole,
+    /// Prompts go in chunks cut to the ITL budget and the token budget: the hold is off, or
+    /// long gaps are already too common for one more long one, and a prompt part-way through
+    /// rides in this step anyway.
+    Budgeted,
+    /// Prompts that have not started sit this step out; the streams decode alone.
+    HoldNew,
 }
 
-/// Whether prompts that [`hold_new_prompts`] let start run at the whole token budget rather
-/// than in chunks cut to the ITL budget: with the hold on, streams decoding and no prompt
-/// part-way through. The ITL budget bounds how long each gap is; with the hold, the ledger
-/// bounds how many gaps are long, which is what a percentile counts.
-pub fn released_whole(q: HoldQuery) -> bool {
-    !q.hold.is_zero() && q.gaps > 0 && !q.prefill_in_progress
+/// How the next step runs its prompt work, given the recent gaps.
+///
+/// - The hold off: [`PromptStep::Budgeted`], the ITL budget bounds every gap.
+/// - No stream waits, or one more long step keeps the long gaps under [`TAIL_SHARE`]: the
+///   whole of it in this step ([`PromptStep::Whole`]), prompts part-way through included, so a
+///   long prompt is one long gap and not ten budget-sized ones, and prompts that arrive
+///   together start, and then finish, together.
+/// - Long gaps too common: a prompt part-way through runs in budget-sized chunks (the step is
+///   long anyway, and keeping it short keeps the percentile's long gaps short); prompts not
+///   yet started wait for the hold, counted from their arrival, and then go whole together.
+pub fn prompt_step(ledger: &GapLedger, q: HoldQuery) -> PromptStep {
+    if q.hold.is_zero() {
+        return PromptStep::Budgeted;
+    }
+    if q.gaps == 0 || ledger.long_share_with(q.gaps) <= TAIL_SHARE {
+        return PromptStep::Whole;
+    }
+    if q.prefill_in_progress {
+        return PromptStep::Budgeted;
+    }
+    match q.oldest_wait {
+        Some(waited) if waited < q.hold => PromptStep::HoldNew,
+        _ => PromptStep::Whole,
+    }
 }
 
 #[cfg(test)]
@@ -110,9 +140,14 @@ mod tests {
         HoldQuery {
             gaps,
             prefill_in_progress: false,
-            oldest_wait: Duration::from_millis(waited_ms),
+            oldest_wait: Some(Duration::from_millis(waited_ms)),
             hold: Duration::from_millis(300),
         }
+    }
+
+    /// A prompt part-way through, none unstarted.
+    fn part_way(gaps: usize) -> HoldQuery {
+        HoldQuery { prefill_in_progress: true, oldest_wait: None, ..query(gaps, 0) }
     }
 
     /// A ledger of `short` decode steps of 8 streams and `long` prompt steps of 8.
@@ -124,40 +159,46 @@ mod tests {
     }
 
     #[test]
-    fn a_prompt_starts_at_once_while_long_gaps_are_rare() {
+    fn a_prompt_starts_whole_at_once_while_long_gaps_are_rare() {
         // 100 decode steps, no long one: one more long step of 8 is 8 of 808 gaps, under 2.5 %.
-        assert!(!hold_new_prompts(&ledger(100, 0), query(8, 0)));
+        assert_eq!(prompt_step(&ledger(100, 0), query(8, 0)), PromptStep::Whole);
         // 100 decode steps and 3 long ones: a fourth is 32 of 832, 3.8 %: it waits.
-        assert!(hold_new_prompts(&ledger(100, 3), query(8, 0)));
+        assert_eq!(prompt_step(&ledger(100, 3), query(8, 0)), PromptStep::HoldNew);
     }
 
     #[test]
-    fn the_wait_is_bounded_by_the_hold_from_arrival() {
-        let busy = ledger(10, 10);
-        assert!(hold_new_prompts(&busy, query(8, 299)));
-        assert!(!hold_new_prompts(&busy, query(8, 300)), "held past the hold");
-    }
-
-    #[test]
-    fn nothing_holds_without_streams_a_hold_or_while_a_prompt_is_part_way() {
-        let busy = ledger(10, 10);
-        assert!(!hold_new_prompts(&busy, query(0, 0)), "no stream waits: prefill at once");
-        assert!(!hold_new_prompts(&busy, HoldQuery { hold: Duration::ZERO, ..query(8, 0) }), "off");
-        assert!(
-            !hold_new_prompts(&busy, HoldQuery { prefill_in_progress: true, ..query(8, 0) }),
-            "the step is long anyway"
+    fn a_prompt_part_way_finishes_whole_while_long_gaps_are_rare_and_in_chunks_past_that() {
+        assert_eq!(prompt_step(&ledger(100, 0), part_way(8)), PromptStep::Whole, "not ten long gaps");
+        assert_eq!(
+            prompt_step(&ledger(100, 3), part_way(8)),
+            PromptStep::Budgeted,
+            "long anyway: keep it short"
+        );
+        assert_eq!(
+            prompt_step(&ledger(100, 3), HoldQuery { prefill_in_progress: true, ..query(8, 0) }),
+            PromptStep::Budgeted,
+            "unstarted prompts ride along with the part-way one, not held behind it"
         );
     }
 
     #[test]
-    fn released_prompts_run_whole_only_with_the_hold_on_beside_streams() {
-        assert!(released_whole(query(8, 0)));
-        assert!(
-            !released_whole(HoldQuery { hold: Duration::ZERO, ..query(8, 0) }),
-            "off: the ITL budget cuts"
-        );
-        assert!(!released_whole(query(0, 0)), "no stream: nothing to cut for anyway");
-        assert!(!released_whole(HoldQuery { prefill_in_progress: true, ..query(8, 0) }));
+    fn the_wait_is_bounded_by_the_hold_from_arrival_and_then_they_go_whole() {
+        let busy = ledger(10, 10);
+        assert_eq!(prompt_step(&busy, query(8, 299)), PromptStep::HoldNew);
+        assert_eq!(prompt_step(&busy, query(8, 300)), PromptStep::Whole, "held past the hold");
+    }
+
+    #[test]
+    fn with_no_stream_waiting_prompts_go_whole_and_without_the_hold_always_budgeted() {
+        let busy = ledger(10, 10);
+        assert_eq!(prompt_step(&busy, query(0, 0)), PromptStep::Whole, "no stream waits: nobody's gap");
+        assert_eq!(prompt_step(&busy, part_way(0)), PromptStep::Whole);
+        let off = |q: HoldQuery| HoldQuery { hold: Duration::ZERO, ..q };
+        for l in [ledger(100, 0), busy] {
+            for q in [query(8, 0), query(0, 0), part_way(8), part_way(0)] {
+                assert_eq!(prompt_step(&l, off(q)), PromptStep::Budgeted, "off: the ITL budget cuts");
+            }
+        }
     }
 
     #[test]
