@@ -11,10 +11,11 @@ Pacer (`--max-batch-size N` at every level above N).
 Settings (each a pair of servers measured side by side):
   cache on:  Pacer with its prefix cache (its default) | llama-server with its prompt cache (its default)
   cache off: Pacer with --prefix-caching false        | llama-server --no-cache-prompt
-Workloads (chat requests, --ignore-eos, fixed output length):
+Workloads (chat requests, --ignore-eos, fixed output length but for varied):
   distinct: every prompt different (only the chat template's system turn repeats)
   shared:   every prompt starts with the same words (a shared system prompt)
   mixed:    prompt lengths uniform in 32..1500 words: long prompts arrive while short streams decode
+  varied:   mixed, with answer lengths uniform in 16..128 tokens: no two clients keep step
 Each level uses its own seed, so no prompt repeats across levels; both servers get the same
 prompts. The server order turns each round.
 Reports the median over rounds of output tok/s, goodput at the SLA, P50/P95 TTFT and ITL, and
@@ -41,6 +42,9 @@ WORKLOADS = {
     "shared": ["--input-len", "136", "--shared-prefix", "96"],
     # Long prompts arriving while short streams decode: where the ITL budget matters.
     "mixed": ["--input-len", "uniform:32:1500"],
+    # Held out: mixed prompts and mixed answers, so clients finish at different times and their
+    # next prompts land among running streams rather than in waves.
+    "varied": ["--input-len", "uniform:32:1500", "--output-len", "uniform:16:128"],
 }
 PATHS = {"pacer", "bench", "llama_bin", "model", "llama_model"}
 FIELDS = ["output_throughput", "request_goodput", "p50_ttft_ms", "p95_ttft_ms", "p50_itl_ms", "p95_itl_ms"]
@@ -124,7 +128,7 @@ def server_cmd(args, name, cache, workload, port, c):
                 "--prefill-hold-ms", str(pacer_hold(name))], "/ready"
     # llama-server splits its context evenly over its slots; a mixed-workload prompt needs ~2,100.
     slots = fixed_slots(name) or c
-    per_slot = 3072 if workload == "mixed" else 1024
+    per_slot = 3072 if workload in ("mixed", "varied") else 1024
     cmd = [os.path.join(args.llama_bin, "llama-server"), "-m", args.llama_model, "-t", str(args.threads),
            "-tb", str(args.threads), "-np", str(slots), "-c", str(per_slot * slots),
            "--host", "127.0.0.1", "--port", str(port), "--no-webui", "-a", "smol"]
@@ -136,9 +140,11 @@ def server_cmd(args, name, cache, workload, port, c):
 def level(args, url, workload, c, seed, out):
     cmd = [args.bench, "run", "--base-url", url, "--model", "smol", "--endpoint", "chat",
            "--num-requests", str(requests_for(c)), "--concurrency", str(c), "--warmup", "1",
-           "--output-len", str(args.max_tokens), "--ignore-eos", "--seed", str(seed),
+           "--ignore-eos", "--seed", str(seed),
            "--slo-ttft-ms", str(args.slo_ttft_ms), "--slo-tpot-ms", str(args.slo_tpot_ms),
            "--json", out] + WORKLOADS[workload]
+    if "--output-len" not in WORKLOADS[workload]:
+        cmd += ["--output-len", str(args.max_tokens)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out) as f:
         r = json.load(f)
@@ -163,7 +169,8 @@ def runs_at(name, c):
 
 def render(med, threads, max_tokens, rounds, slo_ttft_ms, slo_tpot_ms, settings, workloads, levels, llama_parallel=0,
            hold_ms=0, kernels=None, max_batch=0):
-    print(f"threads={threads}, q4_0, chat, {max_tokens} output tokens, median of {rounds} rounds; "
+    varied = " (varied: 16–128)" if "varied" in workloads else ""
+    print(f"threads={threads}, q4_0, chat, {max_tokens} output tokens{varied}, median of {rounds} rounds; "
           f"SLA TTFT ≤ {slo_ttft_ms:.0f} ms and TPOT ≤ {slo_tpot_ms:.0f} ms; Pacer / llama-server\n")
     for cache in settings:
         for workload in workloads:

@@ -3,7 +3,7 @@
 # builds Pacer and pacer-bench in release, fetches the model, builds llama-server once (cached),
 # then drives both with pacer-bench. About 35 minutes on 2 cores with the defaults.
 #   scripts/bench-llama-server.sh [--rounds 3] [--concurrency 1,4,8,16,32] [--settings on,off]
-#                                 [--workloads distinct,shared,mixed] [--llama-parallel N] [--pacer-hold-ms N]
+#                                 [--workloads distinct,shared,mixed,varied] [--llama-parallel N] [--pacer-hold-ms N]
 #                                 [--pacer-kernels vnni|vnni512|avx2] [--pacer-max-batch N]
 #                                 [--json-out FILE]
 set -euo pipefail
