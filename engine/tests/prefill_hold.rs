@@ -13,6 +13,11 @@ use pacer_engine::scheduler::BatchSettings;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// Held by each test for its whole run. Both measure step timing on the machine's cores, and the
+/// harness runs a file's tests side by side: one test's 1,200-token prompts starved the other's
+/// streams (fewer than 8 decode gaps in 400 ms), a failure of the run, not of the engine.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Prompts sent beside the streams, 25 ms apart.
 const PROMPTS: usize = 8;
 
@@ -84,6 +89,7 @@ fn long_gaps(run: &Run) -> Vec<usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_prompts_start_together_and_within_their_hold() {
+    let _alone = ALONE.lock().await;
     const HOLD_MS: u64 = 2000;
     let held = prompts_beside_streams(HOLD_MS).await;
     let plain = prompts_beside_streams(0).await;
@@ -132,6 +138,7 @@ async fn long_prompt(url: &str, word: &str) -> u64 {
 /// budget-sized ones. Without the hold, the token budget and the ITL budget cut it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_hold_a_long_prompt_is_one_step_alone_or_beside_streams() {
+    let _alone = ALONE.lock().await;
     for hold_ms in [2000, 0] {
         let mut cfg = config();
         cfg.settings = BatchSettings { prefill_hold_ms: hold_ms, ..BatchSettings::default() };
