@@ -259,6 +259,10 @@ struct BenchArgs {
     /// Batch sizes for decode.
     #[arg(long, env = "PACER_ENGINE_BENCH_BATCH", value_delimiter = ',', default_value = "1,4,8,16")]
     batch: Vec<usize>,
+    /// Prompt tokens each decoding sequence holds before the timed steps (the context its
+    /// attention reads).
+    #[arg(long, env = "PACER_ENGINE_BENCH_DECODE_CONTEXT", default_value_t = 32)]
+    decode_context: usize,
     /// Decode steps timed per batch size.
     #[arg(long, env = "PACER_ENGINE_BENCH_DECODE_STEPS", default_value_t = 32)]
     decode_steps: usize,
@@ -428,17 +432,12 @@ fn info(args: InfoArgs) -> Result<()> {
 }
 
 fn bench_cmd(args: BenchArgs) -> Result<()> {
-    let BenchArgs { model: margs, prefill, batch, decode_steps, repeats, json } = args;
+    let BenchArgs { model: margs, prefill, batch, decode_context, decode_steps, repeats, json } = args;
     let path = margs.model_path()?;
     let threads = margs.init_threads();
     let model = Model::load_on(&path, margs.tier, margs.device())?;
-    let plan = BenchPlan {
-        prefill_lengths: prefill,
-        batch_sizes: batch,
-        decode_steps,
-        repeats,
-        ..Default::default()
-    };
+    let plan =
+        BenchPlan { prefill_lengths: prefill, batch_sizes: batch, decode_context, decode_steps, repeats };
     let bar = indicatif::ProgressBar::new((plan.prefill_lengths.len() + plan.batch_sizes.len()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} bench {msg} [{bar:30}] {pos}/{len}")
