@@ -84,6 +84,10 @@ pub const DEFAULT_ENGINE_IMAGE: &str = concat!("ghcr.io/pacer-dev/pacer-engine:"
     .message("model.source.url downloads one GGUF file for pacer-engine; vLLM loads quantization.variants[].model by id, or from a directory that a pvc or image source mounts at /models"))]
 #[x_kube(validation = Rule::new("!(has(self.engine.runtime) && self.engine.runtime == 'vllm') || !has(self.batching) || !has(self.batching.maxStepMs)")
     .message("batching.maxStepMs is pacer-engine's ITL budget and vLLM has none: remove it with engine.runtime vllm"))]
+#[x_kube(validation = Rule::new("!(has(self.engine.runtime) && self.engine.runtime == 'vllm') || !has(self.batching) || !has(self.batching.prefillHoldMs)")
+    .message("batching.prefillHoldMs is pacer-engine's prompt hold and vLLM has none: remove it with engine.runtime vllm"))]
+#[x_kube(validation = Rule::new("!has(self.batching) || !has(self.batching.prefillHoldMs) || self.batching.prefillHoldMs < self.sla.ttftMs")
+    .message("batching.prefillHoldMs must be below sla.ttftMs: a held prompt may wait the whole hold before its first token"))]
 pub struct InferenceServiceSpec {
     /// The model to serve and where engine pods get it.
     pub model: ModelSpec,
@@ -414,6 +418,15 @@ pub struct BatchingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 60000))]
     pub max_step_ms: Option<u32>,
+    /// The engines' prompt hold in ms (`--prefill-hold-ms`): while streams decode, a new prompt
+    /// waits up to this long so prompts start together, in few long steps, instead of one long
+    /// step each; prompt work then runs whole while long gaps stay rare. It trades TTFT (up to
+    /// the hold) for fewer long inter-token gaps, which is what wins on mixed prompt lengths
+    /// (docs/benchmarks.md). Fixed: the planner does not move it and does not yet predict with
+    /// it, so leave room for it in `sla.ttftMs`. Unset (the default), there is no hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub prefill_hold_ms: Option<u32>,
 }
 
 impl Default for BatchingSpec {
@@ -423,6 +436,7 @@ impl Default for BatchingSpec {
             batch_wait_ms: default_batch_wait_ms(),
             max_num_batched_tokens: default_max_num_batched_tokens(),
             max_step_ms: None,
+            prefill_hold_ms: None,
         }
     }
 }

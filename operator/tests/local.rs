@@ -9,6 +9,7 @@ use common::model;
 use pacer_bench::client::{self, Endpoint, Target};
 use pacer_bench::metrics::RequestRecord;
 use pacer_crds::Tier;
+use pacer_operator::build::FixedSettings;
 use pacer_operator::local::replicas::{EngineConfig, Event, Phase, Supervisor};
 use pacer_operator::local::router::{self, Pool, RouterState};
 use pacer_operator::local::{self, LoadKind, Options, load};
@@ -146,7 +147,7 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
         dir: dir.path().to_path_buf(),
         start_timeout: Duration::from_secs(60),
         drain_timeout: Duration::from_secs(30),
-        max_step_ms: 80,
+        fixed: FixedSettings { max_step_ms: 80, prefill_hold_ms: 0 },
     };
     let levers = Levers {
         replicas: 1,

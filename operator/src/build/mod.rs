@@ -8,7 +8,7 @@ mod deployment;
 mod monitoring;
 mod vllm;
 
-pub use configmap::{SETTINGS_FILE, SETTINGS_KEY, configmap, max_step_ms, settings_json};
+pub use configmap::{FixedSettings, SETTINGS_FILE, SETTINGS_KEY, configmap, fixed_settings, settings_json};
 pub use deployment::{
     DRAIN_SECONDS, ENGINE_CONTAINER, HTTP_PORT, PRE_STOP_SLEEP_SECONDS, PROBE_PORT, PROBE_PORT_NAME,
     TERMINATION_GRACE_SECONDS, deployment,

@@ -239,7 +239,7 @@ pub async fn run(options: Options) -> Result<Outcome, LocalError> {
         dir: options.out.clone(),
         start_timeout: Duration::from_secs(120),
         drain_timeout: Duration::from_secs(30),
-        max_step_ms: crate::build::max_step_ms(&isvc),
+        fixed: crate::build::fixed_settings(&isvc),
     };
     let mut supervisor = Supervisor::new(engine, pool.clone(), initial);
     let scrape_every = Duration::from_secs_f64((spec.evaluation_interval / 3.0).clamp(1.0, 5.0));

@@ -43,8 +43,9 @@ pub struct EngineConfig {
     pub start_timeout: Duration,
     /// Seconds a drain may take (the engine's `--drain-timeout`, and the router's wait).
     pub drain_timeout: Duration,
-    /// The engines' ITL budget ([`crate::build::max_step_ms`]).
-    pub max_step_ms: u64,
+    /// The engine settings the spec fixes: ITL budget and prompt hold
+    /// ([`crate::build::fixed_settings`]).
+    pub fixed: crate::build::FixedSettings,
 }
 
 /// Where a replica is in its life.
@@ -231,7 +232,7 @@ impl Supervisor {
     /// Writes the batch settings when they changed: a temp file renamed over the old one, so
     /// an engine never reads half a document.
     fn write_settings(&mut self) -> Result<(), SupervisorError> {
-        let wanted = crate::build::settings_json(&self.target, self.config.max_step_ms);
+        let wanted = crate::build::settings_json(&self.target, &self.config.fixed);
         if self.written.as_ref() == Some(&wanted) {
             return Ok(());
         }
@@ -352,7 +353,8 @@ impl Supervisor {
             .args(["--max-batch-size", &self.target.max_batch_size.to_string()])
             .args(["--batch-wait-ms", &self.target.batch_wait_ms.to_string()])
             .args(["--max-num-batched-tokens", &self.target.max_num_batched_tokens.to_string()])
-            .args(["--max-step-ms", &c.max_step_ms.to_string()])
+            .args(["--max-step-ms", &c.fixed.max_step_ms.to_string()])
+            .args(["--prefill-hold-ms", &c.fixed.prefill_hold_ms.to_string()])
             .args(["--drain-timeout", &c.drain_timeout.as_secs().to_string()]);
         if let Some(n) = c.context_length {
             command.args(["--context-length", &n.to_string()]);

@@ -294,6 +294,21 @@ pub fn invalid_cases() -> Vec<InvalidCase> {
             "batching.maxStepMs is pacer-engine's ITL budget and vLLM has none",
         ),
         case(
+            "pacer-engine's prompt hold with vLLM",
+            vllm(json!({"spec": {"batching": {"prefillHoldMs": 50}}})),
+            "batching.prefillHoldMs is pacer-engine's prompt hold and vLLM has none",
+        ),
+        case(
+            "a prompt hold as long as the TTFT target",
+            json!({"spec": {"batching": {"prefillHoldMs": 400}}}),
+            "batching.prefillHoldMs must be below sla.ttftMs",
+        ),
+        case(
+            "a prompt hold past the engine's limit",
+            json!({"spec": {"sla": {"ttftMs": 60000}, "batching": {"prefillHoldMs": 20000}}}),
+            "spec.batching.prefillHoldMs",
+        ),
+        case(
             "an unknown runtime",
             json!({"spec": {"engine": {"runtime": "tgi"}}}),
             "Unsupported value: \"tgi\"",

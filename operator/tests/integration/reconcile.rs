@@ -77,7 +77,7 @@ async fn a_valid_inferenceservice_gets_owned_children_status_and_events() {
     assert!(owned_by(&cm.metadata));
     assert_eq!(
         cm.data.expect("data")["settings.json"],
-        r#"{"batch_wait_ms":0,"max_batch_size":8,"max_num_batched_tokens":512,"max_step_ms":0}"#
+        r#"{"batch_wait_ms":0,"max_batch_size":8,"max_num_batched_tokens":512,"max_step_ms":0,"prefill_hold_ms":0}"#
     );
     assert!(owned_by(&ns.api::<PodDisruptionBudget>().get("smol").await.expect("pdb").metadata));
     let labels =
@@ -418,7 +418,7 @@ async fn the_batch_lever_moves_the_configmap_and_not_the_pod_template() {
     let configmaps: Api<ConfigMap> = ns.api();
     assert_eq!(
         configmaps.get("smol-settings").await.expect("cm").data.expect("data")["settings.json"],
-        r#"{"batch_wait_ms":0,"max_batch_size":8,"max_num_batched_tokens":512,"max_step_ms":0}"#
+        r#"{"batch_wait_ms":0,"max_batch_size":8,"max_num_batched_tokens":512,"max_step_ms":0,"prefill_hold_ms":0}"#
     );
 
     // Narrowing the range moves the lever (8 → 4) and raises the wait floor (0 → 5).
@@ -430,7 +430,7 @@ async fn the_batch_lever_moves_the_configmap_and_not_the_pod_template() {
         async move {
             let data = configmaps.get("smol-settings").await.ok()?.data?;
             (data.get("settings.json")?
-                == r#"{"batch_wait_ms":5,"max_batch_size":4,"max_num_batched_tokens":512,"max_step_ms":0}"#)
+                == r#"{"batch_wait_ms":5,"max_batch_size":4,"max_num_batched_tokens":512,"max_step_ms":0,"prefill_hold_ms":0}"#)
                 .then_some(())
         }
     })
