@@ -295,7 +295,7 @@ impl KvCache {
     /// across a sequence's blocks, which the free list hands out in order, so those reads are one
     /// stream the hardware prefetcher follows. Block-major put the other heads' 4 KiB between
     /// each pair, a new page every block: single-row decode at a 2,000-token context ran at
-    /// 63 tok/s against 101 head-major (docs/benchmarks.md).
+    /// about 65 tok/s against 102 head-major (docs/benchmarks.md, "A head-major KV pool").
     fn offset(&self, layer: usize, block: u32, head: usize) -> usize {
         ((layer * self.kv_heads + head) * self.num_blocks + block as usize) * BLOCK_TOKENS * self.head_dim
     }
