@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The rest of the version matrix (README: version matrix): builds the oldest supported
+# The rest of the version matrix (docs/testing.md: version matrix): builds the oldest supported
 # Kubernetes (once; cached like the newest) and runs the cluster tests against it. `.ci/run`
 # tests the newest version only, to stay within CI's time; run this before a release or after
 # changing the CRD, the RBAC or the children the operator writes.

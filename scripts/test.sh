@@ -22,7 +22,7 @@ cache="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-# The newest Kubernetes of the version matrix (README: version matrix).
+# The newest Kubernetes of the version matrix (docs/testing.md: version matrix).
 KUBERNETES_NEWEST=1.37.2
 
 timings=()

@@ -8,7 +8,7 @@ use pacer_bench::load::{Arrivals, Length};
 use pacer_bench::metrics::Slo;
 use pacer_bench::run::{RunPlan, RunResult, run};
 use pacer_bench::search::{Probe, SearchSpace, next_probe};
-use pacer_cli::{LogFormat, LogTarget};
+use pacer_runtime::{LogFormat, LogTarget};
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -196,7 +196,7 @@ struct SearchArgs {
 fn main() -> Result<()> {
     let Cli { log_format, command } = Cli::parse();
     // The SVG rasterizer logs every cosmetic oddity at warn; keep its errors only.
-    pacer_cli::init_logging(log_format, "info,usvg=error,resvg=error", LogTarget::Stderr);
+    pacer_runtime::init_logging(log_format, "info,usvg=error,resvg=error", LogTarget::Stderr);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match command {
         Command::Run(mut a) => {
@@ -467,7 +467,7 @@ mod tests {
     /// Every flag can be set from the environment too, and `--help` names the variable.
     #[test]
     fn every_flag_has_an_environment_twin() {
-        let missing = pacer_cli::flags_without_env(&mut super::Cli::command());
+        let missing = pacer_runtime::flags_without_env(&mut super::Cli::command());
         assert!(missing.is_empty(), "flags without an environment twin: {missing:?}");
     }
 }

@@ -54,4 +54,10 @@ pub mod reasons {
     pub const NOT_APPLIED: &str = "NotApplied";
     /// No engine reports its batch settings (no metrics yet, or a runtime that does not).
     pub const NOT_REPORTED: &str = "NotReported";
+    /// `MetricsAvailable=True`: the metrics are fresh.
+    pub const METRICS_FRESH: &str = "MetricsFresh";
+    /// `SLAMet=True`: every percentile is within its target.
+    pub const WITHIN_TARGET: &str = "WithinTarget";
+    /// `SLAMet=False`: a percentile is over its target.
+    pub const OVER_TARGET: &str = "OverTarget";
 }

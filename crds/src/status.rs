@@ -43,7 +43,7 @@ pub struct InferenceServiceStatus {
     pub selector: Option<String>,
     /// The SLA as last observed: percentiles against targets, sample counts, load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed: Option<ObservedSla>,
+    pub observed: Option<SlaReadings>,
     /// The planner's last decision that moved (or, in Advisory mode, recommended moving) a lever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_decision: Option<LastDecision>,
@@ -91,7 +91,7 @@ pub struct StatusSummary {
 /// The SLA dimensions as the planner last saw them, over `window` at `percentile`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct ObservedSla {
+pub struct SlaReadings {
     /// When the metrics were read (RFC 3339).
     pub time: String,
     /// The window the percentiles cover, e.g. `5m`.

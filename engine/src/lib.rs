@@ -36,7 +36,7 @@ use std::path::Path;
 
 /// The default model's file name and where `scripts/fetch-model.sh` caches it
 /// (`$PACER_CACHE/models/…`, else `$XDG_CACHE_HOME/pacer/models/…`, else `~/.cache/pacer/models/…`).
-pub use pacer_cli::{DEFAULT_MODEL_FILE, default_model_path};
+pub use pacer_runtime::{DEFAULT_MODEL_FILE, default_model_path};
 
 /// A model with its tokenizer and chat template, read from one GGUF file.
 #[derive(Debug)]

@@ -8,10 +8,11 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use pacer_planner::buckets::{
+use pacer_engine_api::buckets::{
     BATCH as BATCH_BUCKETS, ITL as ITL_BUCKETS, REQUEST as REQUEST_BUCKETS, TOKENS as TOKEN_BUCKETS,
     TTFT as TTFT_BUCKETS,
 };
+use pacer_engine_api::metrics::{self as names, MODEL_NAME_LABEL, Metric};
 
 /// All metrics of one engine process.
 #[derive(Clone)]
@@ -71,32 +72,36 @@ impl std::fmt::Debug for EngineMetrics {
     }
 }
 
-fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64], model: &str) -> Histogram {
+fn histogram(registry: &Registry, metric: Metric, buckets: &[f64], model: &str) -> Histogram {
+    let Metric { name, help, .. } = metric;
     let vec = prometheus::HistogramVec::new(
         HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-        &["model_name"],
+        &[MODEL_NAME_LABEL],
     )
     .unwrap_or_else(|e| panic!("metric {name}: {e}"));
     registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
     vec.with_label_values(&[model])
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, model: &str) -> IntCounter {
-    let vec =
-        IntCounterVec::new(Opts::new(name, help), &["model_name"]).unwrap_or_else(|e| panic!("{name}: {e}"));
+fn counter(registry: &Registry, metric: Metric, model: &str) -> IntCounter {
+    let Metric { name, help, .. } = metric;
+    let vec = IntCounterVec::new(Opts::new(name, help), &[MODEL_NAME_LABEL])
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
     vec.with_label_values(&[model])
 }
 
-fn int_gauge(registry: &Registry, name: &str, help: &str, model: &str) -> IntGauge {
-    let vec =
-        IntGaugeVec::new(Opts::new(name, help), &["model_name"]).unwrap_or_else(|e| panic!("{name}: {e}"));
+fn int_gauge(registry: &Registry, metric: Metric, model: &str) -> IntGauge {
+    let Metric { name, help, .. } = metric;
+    let vec = IntGaugeVec::new(Opts::new(name, help), &[MODEL_NAME_LABEL])
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
     vec.with_label_values(&[model])
 }
 
-fn gauge(registry: &Registry, name: &str, help: &str, model: &str) -> Gauge {
-    let vec = prometheus::GaugeVec::new(Opts::new(name, help), &["model_name"])
+fn gauge(registry: &Registry, metric: Metric, model: &str) -> Gauge {
+    let Metric { name, help, .. } = metric;
+    let vec = prometheus::GaugeVec::new(Opts::new(name, help), &[MODEL_NAME_LABEL])
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     registry.register(Box::new(vec.clone())).unwrap_or_else(|e| panic!("register {name}: {e}"));
     vec.with_label_values(&[model])
@@ -109,8 +114,8 @@ impl EngineMetrics {
         let r = Registry::new();
         let m = model_name;
         let success = IntCounterVec::new(
-            Opts::new("vllm:request_success_total", "Finished requests by finish reason."),
-            &["model_name", "finished_reason"],
+            Opts::new(names::REQUEST_SUCCESS.name, names::REQUEST_SUCCESS.help),
+            &[MODEL_NAME_LABEL, "finished_reason"],
         )
         .unwrap_or_else(|e| panic!("success: {e}"));
         r.register(Box::new(success.clone())).unwrap_or_else(|e| panic!("register success: {e}"));
@@ -120,130 +125,52 @@ impl EngineMetrics {
             success.with_label_values(&[m, reason]);
         }
         let rejected = IntCounterVec::new(
-            Opts::new(
-                "pacer_engine_requests_rejected_total",
-                "Requests refused before scheduling, by reason.",
-            ),
-            &["model_name", "reason"],
+            Opts::new(names::REJECTED.name, names::REJECTED.help),
+            &[MODEL_NAME_LABEL, "reason"],
         )
         .unwrap_or_else(|e| panic!("rejected: {e}"));
         r.register(Box::new(rejected.clone())).unwrap_or_else(|e| panic!("register rejected: {e}"));
         let info = IntGaugeVec::new(
-            Opts::new("pacer_engine_info", "Live engine settings (value is always 1)."),
-            &["model_name", "tier", "max_batch_size", "batch_wait_ms", "max_num_batched_tokens", "version"],
+            Opts::new(names::INFO.name, names::INFO.help),
+            &[
+                MODEL_NAME_LABEL,
+                "tier",
+                "max_batch_size",
+                "batch_wait_ms",
+                "max_num_batched_tokens",
+                "version",
+            ],
         )
         .unwrap_or_else(|e| panic!("info: {e}"));
         r.register(Box::new(info.clone())).unwrap_or_else(|e| panic!("register info: {e}"));
         let setting = IntGaugeVec::new(
-            Opts::new(
-                "pacer_engine_setting",
-                "A live batch setting as a number (setting: max_batch_size, max_num_batched_tokens, batch_wait_ms, max_step_ms, prefill_hold_ms), for min/max over replicas.",
-            ),
-            &["model_name", "setting"],
+            Opts::new(names::SETTING.name, names::SETTING.help),
+            &[MODEL_NAME_LABEL, "setting"],
         )
         .unwrap_or_else(|e| panic!("setting: {e}"));
         r.register(Box::new(setting.clone())).unwrap_or_else(|e| panic!("register setting: {e}"));
         EngineMetrics {
-            ttft: histogram(&r, "vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS, m),
-            itl: histogram(&r, "vllm:inter_token_latency_seconds", "Inter-token latency.", ITL_BUCKETS, m),
-            itl_legacy: histogram(
-                &r,
-                "vllm:time_per_output_token_seconds",
-                "Inter-token latency (vLLM's older name).",
-                ITL_BUCKETS,
-                m,
-            ),
-            tpot: histogram(
-                &r,
-                "vllm:request_time_per_output_token_seconds",
-                "Per-request decode time per output token.",
-                ITL_BUCKETS,
-                m,
-            ),
-            e2e: histogram(
-                &r,
-                "vllm:e2e_request_latency_seconds",
-                "End-to-end request latency.",
-                REQUEST_BUCKETS,
-                m,
-            ),
-            queue_time: histogram(
-                &r,
-                "vllm:request_queue_time_seconds",
-                "Time waiting before scheduling.",
-                REQUEST_BUCKETS,
-                m,
-            ),
-            prefill_time: histogram(
-                &r,
-                "vllm:request_prefill_time_seconds",
-                "Prefill phase time.",
-                REQUEST_BUCKETS,
-                m,
-            ),
-            decode_time: histogram(
-                &r,
-                "vllm:request_decode_time_seconds",
-                "Decode phase time.",
-                REQUEST_BUCKETS,
-                m,
-            ),
-            prompt_len: histogram(
-                &r,
-                "vllm:request_prompt_tokens",
-                "Prompt tokens per request.",
-                TOKEN_BUCKETS,
-                m,
-            ),
-            generation_len: histogram(
-                &r,
-                "vllm:request_generation_tokens",
-                "Generated tokens per request.",
-                TOKEN_BUCKETS,
-                m,
-            ),
-            running: int_gauge(&r, "vllm:num_requests_running", "Sequences in the running batch.", m),
-            waiting: int_gauge(&r, "vllm:num_requests_waiting", "Requests waiting to be scheduled.", m),
-            queued_prompt_tokens: int_gauge(
-                &r,
-                "pacer_engine_queued_prompt_tokens",
-                "Prompt tokens not yet prefilled: waiting, preempted and partly prefilled requests.",
-                m,
-            ),
-            kv_usage: gauge(&r, "vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", m),
-            kv_usage_legacy: gauge(
-                &r,
-                "vllm:gpu_cache_usage_perc",
-                "KV-cache usage, 0 to 1 (vLLM's older name).",
-                m,
-            ),
-            prompt_tokens: counter(&r, "vllm:prompt_tokens_total", "Prompt tokens processed.", m),
-            generation_tokens: counter(&r, "vllm:generation_tokens_total", "Tokens generated.", m),
-            preemptions: counter(
-                &r,
-                "vllm:num_preemptions_total",
-                "Sequences preempted (KV cache freed, to be recomputed) because the KV pool ran out.",
-                m,
-            ),
-            prefix_queries: counter(
-                &r,
-                "vllm:prefix_cache_queries_total",
-                "Prompt tokens looked up in the prefix cache.",
-                m,
-            ),
-            prefix_hits: counter(
-                &r,
-                "vllm:prefix_cache_hits_total",
-                "Prompt tokens found in the prefix cache.",
-                m,
-            ),
-            batch_size: histogram(
-                &r,
-                "pacer_engine_batch_size",
-                "Rows per scheduler step.",
-                BATCH_BUCKETS,
-                m,
-            ),
+            ttft: histogram(&r, names::TTFT, TTFT_BUCKETS, m),
+            itl: histogram(&r, names::ITL, ITL_BUCKETS, m),
+            itl_legacy: histogram(&r, names::ITL_LEGACY, ITL_BUCKETS, m),
+            tpot: histogram(&r, names::TPOT, ITL_BUCKETS, m),
+            e2e: histogram(&r, names::E2E, REQUEST_BUCKETS, m),
+            queue_time: histogram(&r, names::QUEUE_TIME, REQUEST_BUCKETS, m),
+            prefill_time: histogram(&r, names::PREFILL_TIME, REQUEST_BUCKETS, m),
+            decode_time: histogram(&r, names::DECODE_TIME, REQUEST_BUCKETS, m),
+            prompt_len: histogram(&r, names::PROMPT_LENGTH, TOKEN_BUCKETS, m),
+            generation_len: histogram(&r, names::GENERATION_LENGTH, TOKEN_BUCKETS, m),
+            running: int_gauge(&r, names::RUNNING, m),
+            waiting: int_gauge(&r, names::WAITING, m),
+            queued_prompt_tokens: int_gauge(&r, names::QUEUED_PROMPT_TOKENS, m),
+            kv_usage: gauge(&r, names::KV_USAGE, m),
+            kv_usage_legacy: gauge(&r, names::KV_USAGE_LEGACY, m),
+            prompt_tokens: counter(&r, names::PROMPT_TOKENS, m),
+            generation_tokens: counter(&r, names::GENERATION_TOKENS, m),
+            preemptions: counter(&r, names::PREEMPTIONS, m),
+            prefix_queries: counter(&r, names::PREFIX_QUERIES, m),
+            prefix_hits: counter(&r, names::PREFIX_HITS, m),
+            batch_size: histogram(&r, names::BATCH_SIZE, BATCH_BUCKETS, m),
             success,
             rejected,
             info,

@@ -55,7 +55,7 @@ fn the_crd_and_the_engine_accept_the_same_tiers() {
             "{tier}: the CRD's runtime pacer and pacer-engine --tier disagree"
         );
     }
-    for tier in pacer_engine::Tier::ALL {
+    for tier in pacer_engine::Tier::PACER {
         assert!(pacer.contains(&tier.as_str()), "pacer-engine has {tier}, the CRD refuses it");
     }
     // The check can fail: a name neither knows is refused by both.

@@ -7,11 +7,8 @@
 //! - [`apply`]: server-side apply of what drifted, nothing for what did not.
 //! - [`controller`]: the reconcile pipeline and its watches.
 //! - [`leader`]: Lease-based leader election.
-//! - [`local`] (feature `local`): local mode, the SLA loop with engine replicas as local
-//!   processes.
-//! - [`metrics_source`]: the planner's observations from Prometheus (PromQL), and histogram
-//!   maths for local mode's scraper.
-//! - [`observer`]: the task that refreshes them for every InferenceService, once per tick.
+//! - [`metrics_source`]: the planner's observations from Prometheus (PromQL).
+//! - [`poller`]: the task that refreshes them for every InferenceService, once per tick.
 //! - [`sla`]: the planner inside a reconcile.
 //! - [`planner`]: the SLA planner's pure decisions, its capacity model and engine profiles
 //!   (the `pacer-planner` crate, re-exported).
@@ -25,10 +22,8 @@ pub mod build;
 pub mod controller;
 pub mod error;
 pub mod leader;
-#[cfg(feature = "local")]
-pub mod local;
 pub mod metrics_source;
-pub mod observer;
+pub mod poller;
 pub mod scope;
 pub mod sla;
 pub mod status;

@@ -1,12 +1,12 @@
-//! The SLA loop inside a reconcile: the observer's latest metrics for this InferenceService, its
-//! Deployment's ready replicas and the planner's memory go into [`planner::decide`] once per
-//! evaluation interval, or sooner when [`planner::due`] sees a leading signal cross in a fresh
-//! observation (reconciles requeue on the observer's tick for that); the decision's levers are
-//! what the children are built for. Between evaluations the last decision stands.
+//! The SLA loop inside a reconcile: the metrics poller's latest readings for this InferenceService and
+//! its Deployment's ready replicas go to the planner's driver ([`Planner`], one per service)
+//! once per evaluation interval, or sooner when the driver sees a leading signal cross in a
+//! fresh observation (reconciles requeue on the poller's tick for that); the decision's levers
+//! are what the children are built for. Between evaluations the last decision stands.
 
 use crate::metrics_source::ServiceKey;
-use crate::observer::Observer;
-use crate::planner::{self, CapacityModel, History, Levers, Observation};
+use crate::planner::{self, CapacityModel, History, Levers, Observation, Planner};
+use crate::poller::MetricsPoller;
 use crate::status::PlannerOutcome;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 /// the memory of each InferenceService.
 pub struct SlaLoop {
     /// The metrics, refreshed by its own task.
-    pub observer: Arc<Observer>,
+    pub poller: Arc<MetricsPoller>,
     /// Step times per tier, from the engine profiles.
     pub model: CapacityModel,
     states: Mutex<HashMap<ObjectRef<InferenceService>, State>>,
@@ -30,12 +30,11 @@ struct State {
     /// The uid of the object this state belongs to: a re-created service of the same name
     /// starts afresh instead of inheriting the deleted one's history.
     uid: Option<String>,
-    history: History,
+    /// The planner's driver, with its memory.
+    planner: Planner,
     outcome: PlannerOutcome,
     at: f64,
     generation: Option<i64>,
-    /// When the last observation noted in the history was taken.
-    noted_at: Option<f64>,
 }
 
 /// The result of one evaluation, or of the last one when none was due.
@@ -57,9 +56,9 @@ pub fn seconds(t: &Time) -> f64 {
 }
 
 impl SlaLoop {
-    /// A loop over `observer` with `model`.
-    pub fn new(observer: Arc<Observer>, model: CapacityModel) -> SlaLoop {
-        SlaLoop { observer, model, states: Mutex::default() }
+    /// A loop over `poller` with `model`.
+    pub fn new(poller: Arc<MetricsPoller>, model: CapacityModel) -> SlaLoop {
+        SlaLoop { poller, model, states: Mutex::default() }
     }
 
     /// Evaluates `isvc` at `now` if an evaluation interval has passed since the last one (or
@@ -81,65 +80,59 @@ impl SlaLoop {
         }
         let generation = isvc.metadata.generation;
         let service = ServiceKey::new(isvc.namespace().unwrap_or_default(), isvc.name_any());
-        let (at, freshness, metrics) = self.observer.metrics_of(&service, t);
+        let (at, freshness, metrics) = self.poller.metrics_of(&service, t);
         let (ready, desired) = replica_counts(deployment, current.replicas);
         let observation =
             Observation { at, freshness, metrics, ready_replicas: ready, desired_replicas: desired };
+        // Between evaluations the driver notes a fresh observation, and decides early when a
+        // leading signal crossed (the waiting queue grew over two observations).
+        let mut early = None;
         if let Some(s) = states.get_mut(&key)
             && s.generation == generation
             && t - s.at < spec.evaluation_interval - 0.5
         {
-            // Not due by the interval: a fresh observation is noted, and decides early when
-            // a leading signal crossed (the waiting queue grew over two observations).
-            let fresh = s.noted_at.is_none_or(|n| observation.at > n);
-            let early = fresh && planner::due(&spec, &observation, &s.history, t);
-            if fresh && !early {
-                planner::decide::note(&observation, &mut s.history);
-                s.noted_at = Some(observation.at);
-            }
-            if !early {
-                return Evaluation {
-                    levers: s.outcome.decision.levers,
-                    outcome: s.outcome.clone(),
-                    decided_now: false,
-                    previous_recommendation: Some(s.outcome.decision.recommended),
-                };
+            match s.planner.tick(&self.model, &observation, &current, t) {
+                Some(decision) => early = Some(decision),
+                None => {
+                    return Evaluation {
+                        levers: s.outcome.decision.levers,
+                        outcome: s.outcome.clone(),
+                        decided_now: false,
+                        previous_recommendation: Some(s.outcome.decision.recommended),
+                    };
+                }
             }
         }
-        // A service this process has no state for (it just became the leader, or restarted)
-        // starts from the memory the last leader left in the status.
-        let (history, previous) = states
-            .get(&key)
-            .map(|s| (s.history.clone(), Some(s.outcome.decision.recommended)))
-            .unwrap_or_else(|| (remembered(isvc, t), None));
-        let observation_at = observation.at;
-        let mut decision = planner::decide(&spec, &self.model, &observation, &current, &history, t);
+        // Due by the interval, or the spec changed; a service this process has no state for (it
+        // just became the leader, or restarted) starts from the memory the last leader left in
+        // the status.
+        let (mut planner, previous) = match states.remove(&key) {
+            Some(s) => (s.planner, Some(s.outcome.decision.recommended)),
+            None => (Planner::resume(spec.clone(), remembered(isvc, t)), None),
+        };
+        planner.set_spec(spec.clone());
+        let history = planner.history().clone();
+        let mut decision = match early {
+            Some(decision) => decision,
+            None => planner.decide_now(&self.model, &observation, &current, t),
+        };
         let mut at = t;
         // A new leader whose predecessor evaluated less than an interval ago (for this spec)
         // keeps the levers until that interval ends, as the predecessor would have: the
         // decision above gives the verdict for the status, the remembered history carries on.
-        let resumed = !states.contains_key(&key)
+        let resumed = previous.is_none()
             && isvc.status.as_ref().and_then(|s| s.observed_generation) == generation
             && history.evaluated_at.is_some_and(|e| e <= t)
             && !planner::due(&spec, &observation, &history, t);
         if resumed {
             let mut kept = history.clone();
             planner::decide::note(&observation, &mut kept);
+            planner.replace_history(kept.clone());
             at = history.evaluated_at.unwrap_or(t);
             decision = resume(decision, current, kept, t - at);
         }
         let outcome = PlannerOutcome { decision, observation, at: now.clone() };
-        states.insert(
-            key,
-            State {
-                uid,
-                history: outcome.decision.history.clone(),
-                outcome: outcome.clone(),
-                at,
-                generation,
-                noted_at: Some(observation_at),
-            },
-        );
+        states.insert(key, State { uid, planner, outcome: outcome.clone(), at, generation });
         Evaluation {
             levers: outcome.decision.levers,
             outcome,
@@ -224,15 +217,15 @@ fn replica_counts(deployment: Option<&Deployment>, desired: i32) -> (i32, i32) {
 mod tests {
     use super::*;
     use crate::build::fixtures;
-    use crate::metrics_source::{MetricsSource, Observations, WindowRequest};
+    use crate::metrics_source::{MetricsReading, MetricsSource, WindowRequest};
     use futures::future::BoxFuture;
     use k8s_openapi::jiff::Timestamp;
 
     /// A source that never has series: the state bookkeeping is all these tests look at.
     struct Nothing;
     impl MetricsSource for Nothing {
-        fn observe<'a>(&'a self, _: &'a [WindowRequest]) -> BoxFuture<'a, Observations> {
-            Box::pin(async { Observations { at: 0.0, services: Default::default(), error: None } })
+        fn observe<'a>(&'a self, _: &'a [WindowRequest]) -> BoxFuture<'a, MetricsReading> {
+            Box::pin(async { MetricsReading { at: 0.0, services: Default::default(), error: None } })
         }
         fn describe(&self) -> String {
             "nothing".into()
@@ -241,7 +234,7 @@ mod tests {
 
     fn sla_loop() -> SlaLoop {
         SlaLoop::new(
-            Observer::new(Arc::new(Nothing), std::time::Duration::from_secs(5)),
+            MetricsPoller::new(Arc::new(Nothing), std::time::Duration::from_secs(5)),
             CapacityModel::default(),
         )
     }

@@ -9,11 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use pacer_crds::conditions::{self, reasons};
 use pacer_crds::{
-    EngineSettings, InferenceService, InferenceServiceStatus, LastDecision, ObservedSla, StatusSummary,
+    EngineSettings, InferenceService, InferenceServiceStatus, LastDecision, SlaReadings, StatusSummary,
 };
 
 /// What the status is computed from.
-pub struct Observed<'a> {
+pub struct StatusInputs<'a> {
     /// The InferenceService as read.
     pub isvc: &'a InferenceService,
     /// The levers the children were built for.
@@ -40,7 +40,7 @@ pub struct PlannerOutcome {
 }
 
 /// The status for what was observed.
-pub fn desired(o: &Observed<'_>) -> InferenceServiceStatus {
+pub fn desired(o: &StatusInputs<'_>) -> InferenceServiceStatus {
     let isvc = o.isvc;
     let generation = isvc.metadata.generation;
     let previous = isvc.status.as_ref();
@@ -168,15 +168,17 @@ fn sla_conditions(isvc: &InferenceService, levers: &Levers, planner: Option<&Pla
         (
             conditions::METRICS_AVAILABLE,
             TRUE,
-            "MetricsFresh",
+            reasons::METRICS_FRESH,
             format!("fresh metrics; the percentiles rest on {n:.0} requests"),
         )
     };
     let sla = &isvc.spec.sla;
     let targets = format!("TTFT ≤ {}ms and ITL ≤ {}ms at P{}", sla.ttft_ms, sla.itl_ms, sla.percentile);
     let met = match d.sla {
-        SlaState::Met => (conditions::SLA_MET, TRUE, "WithinTarget", format!("{targets}: met")),
-        SlaState::Violated => (conditions::SLA_MET, FALSE, "OverTarget", format!("{targets}: {}", d.message)),
+        SlaState::Met => (conditions::SLA_MET, TRUE, reasons::WITHIN_TARGET, format!("{targets}: met")),
+        SlaState::Violated => {
+            (conditions::SLA_MET, FALSE, reasons::OVER_TARGET, format!("{targets}: {}", d.message))
+        }
         SlaState::Unknown => (conditions::SLA_MET, UNKNOWN, d.reason.as_str(), d.message.clone()),
     };
     let limited = if d.scaling_limited {
@@ -245,10 +247,10 @@ fn settings_condition(levers: &Levers, applied: &AppliedSettings) -> Found {
     )
 }
 
-fn observed_sla(isvc: &InferenceService, p: &PlannerOutcome) -> ObservedSla {
+fn observed_sla(isvc: &InferenceService, p: &PlannerOutcome) -> SlaReadings {
     let m = &p.observation.metrics;
     let ms = |q: &Quantile| q.seconds().map(|s| (s * 1e4).round() / 10.0);
-    ObservedSla {
+    SlaReadings {
         time: p.at.0.to_string(),
         window: isvc.spec.sla.window.clone(),
         percentile: isvc.spec.sla.percentile,
@@ -391,7 +393,7 @@ mod tests {
         d: Option<&Deployment>,
         now: i64,
     ) -> InferenceServiceStatus {
-        desired(&Observed { isvc, levers, deployment: d, spec_error: None, planner: None, now: at(now) })
+        desired(&StatusInputs { isvc, levers, deployment: d, spec_error: None, planner: None, now: at(now) })
     }
 
     fn cond<'a>(s: &'a InferenceServiceStatus, t: &str) -> &'a Condition {
@@ -438,7 +440,7 @@ mod tests {
         let isvc = fixtures::isvc();
         let err = SpecError::Name("x".into());
         let levers = isvc.initial_levers();
-        let s = desired(&Observed {
+        let s = desired(&StatusInputs {
             isvc: &isvc,
             levers: &levers,
             deployment: None,
@@ -527,7 +529,7 @@ mod tests {
             p
         };
         let status = |isvc: &InferenceService, p: &PlannerOutcome| {
-            desired(&Observed {
+            desired(&StatusInputs {
                 isvc,
                 levers: &levers,
                 deployment: Some(&deployment(1, 1, 1, 1, 1)),
@@ -581,7 +583,7 @@ mod tests {
         let isvc = fixtures::isvc();
         let levers = isvc.initial_levers();
         let p = outcome(SlaState::Violated, 0.6, Reason::TtftViolated, true, true);
-        let s = desired(&Observed {
+        let s = desired(&StatusInputs {
             isvc: &isvc,
             levers: &levers,
             deployment: Some(&deployment(1, 1, 1, 1, 1)),
@@ -610,7 +612,7 @@ mod tests {
         let mut later = isvc.clone();
         later.status = Some(s);
         let hold = outcome(SlaState::Met, 0.2, Reason::SlaMet, false, true);
-        let s2 = desired(&Observed {
+        let s2 = desired(&StatusInputs {
             isvc: &later,
             levers: &levers,
             deployment: Some(&deployment(1, 1, 1, 1, 1)),
@@ -623,7 +625,7 @@ mod tests {
 
         // Advisory: recommended, not applied.
         let advisory = outcome(SlaState::Violated, 0.6, Reason::TtftViolated, true, false);
-        let s3 = desired(&Observed {
+        let s3 = desired(&StatusInputs {
             isvc: &isvc,
             levers: &levers,
             deployment: None,
@@ -645,7 +647,7 @@ mod tests {
         assert_eq!(s.summary.expect("summary").sla, "Unknown");
         let mut blind = outcome(SlaState::Unknown, 0.6, Reason::MetricsMissing, false, true);
         blind.decision.message = "holding: no metrics (connection refused)".into();
-        let s = desired(&Observed {
+        let s = desired(&StatusInputs {
             isvc: &isvc,
             levers: &levers,
             deployment: None,

@@ -6,6 +6,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use kube::ResourceExt;
+use pacer_crds::InferenceService;
+use pacer_engine_api::metrics as names;
+use pacer_planner::{Decision, Quantile, ServiceMetrics, SlaState};
 use prometheus::{
     Encoder, GaugeVec, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
 };
@@ -49,91 +53,60 @@ impl Metrics {
     /// Registers every metric in a fresh registry.
     pub fn new() -> Arc<Metrics> {
         let registry = Registry::new();
-        let reconciles = IntCounterVec::new(
-            Opts::new("pacer_operator_reconciles_total", "Reconciles of InferenceServices by result"),
-            &["result"],
-        )
-        .expect("valid metric");
+        let reconciles =
+            IntCounterVec::new(Opts::new(names::RECONCILES.name, names::RECONCILES.help), &["result"])
+                .expect("valid metric");
         let errors = IntCounterVec::new(
-            Opts::new("pacer_operator_reconcile_errors_total", "Failed reconciles by error kind"),
+            Opts::new(names::RECONCILE_ERRORS.name, names::RECONCILE_ERRORS.help),
             &["kind"],
         )
         .expect("valid metric");
         let duration = Histogram::with_opts(
-            HistogramOpts::new("pacer_operator_reconcile_duration_seconds", "Time one reconcile takes")
-                .buckets(vec![
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                ]),
+            HistogramOpts::new(names::RECONCILE_DURATION.name, names::RECONCILE_DURATION.help).buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
         )
         .expect("valid metric");
-        let writes = IntCounterVec::new(
-            Opts::new("pacer_operator_writes_total", "Writes to the API server (applies, status) by kind"),
-            &["kind"],
-        )
-        .expect("valid metric");
+        let writes = IntCounterVec::new(Opts::new(names::WRITES.name, names::WRITES.help), &["kind"])
+            .expect("valid metric");
         let api_requests = IntCounterVec::new(
-            Opts::new(
-                "pacer_operator_api_requests_total",
-                "Requests to the Kubernetes API by method and resource",
-            ),
+            Opts::new(names::API_REQUESTS.name, names::API_REQUESTS.help),
             &["method", "resource"],
         )
         .expect("valid metric");
-        let leader = IntGauge::new("pacer_operator_leader", "1 while this replica holds the leader Lease")
-            .expect("valid metric");
+        let leader = IntGauge::new(names::LEADER.name, names::LEADER.help).expect("valid metric");
         let decisions = IntCounterVec::new(
-            Opts::new(
-                "pacer_operator_decisions_total",
-                "Planner decisions that moved or recommended moving a lever",
-            ),
+            Opts::new(names::DECISIONS.name, names::DECISIONS.help),
             &["lever", "direction", "reason"],
         )
         .expect("valid metric");
         let sla_met = GaugeVec::new(
-            Opts::new(
-                "pacer_operator_sla_met",
-                "1 when the InferenceService meets its SLA, 0 when violated, -1 when unknown",
-            ),
+            Opts::new(names::SLA_MET.name, names::SLA_MET.help),
             &["namespace", "inferenceservice"],
         )
         .expect("valid metric");
         let observed = GaugeVec::new(
-            Opts::new(
-                "pacer_operator_observed_latency_seconds",
-                "The latency percentile the planner observed, by SLA dimension",
-            ),
+            Opts::new(names::OBSERVED_LATENCY.name, names::OBSERVED_LATENCY.help),
             &["namespace", "inferenceservice", "dimension"],
         )
         .expect("valid metric");
         let observe_errors = IntCounterVec::new(
-            Opts::new(
-                "pacer_operator_metrics_source_errors_total",
-                "Failed ticks of the metrics source by kind",
-            ),
+            Opts::new(names::METRICS_SOURCE_ERRORS.name, names::METRICS_SOURCE_ERRORS.help),
             &["kind"],
         )
         .expect("valid metric");
         let sla_target = GaugeVec::new(
-            Opts::new(
-                "pacer_operator_sla_target_seconds",
-                "The SLA target of the InferenceService's spec, by dimension (ttft, itl, e2e)",
-            ),
+            Opts::new(names::SLA_TARGET.name, names::SLA_TARGET.help),
             &["namespace", "inferenceservice", "dimension"],
         )
         .expect("valid metric");
         let scaling_limited = GaugeVec::new(
-            Opts::new(
-                "pacer_operator_scaling_limited",
-                "1 while the planner is out of levers (at replicas.max, no faster tier allowed), else 0",
-            ),
+            Opts::new(names::SCALING_LIMITED.name, names::SCALING_LIMITED.help),
             &["namespace", "inferenceservice"],
         )
         .expect("valid metric");
         let below_preferred_tier = GaugeVec::new(
-            Opts::new(
-                "pacer_operator_below_preferred_tier",
-                "1 while the InferenceService runs a tier other than its preferred one, else 0",
-            ),
+            Opts::new(names::BELOW_PREFERRED_TIER.name, names::BELOW_PREFERRED_TIER.help),
             &["namespace", "inferenceservice"],
         )
         .expect("valid metric");
@@ -169,6 +142,65 @@ impl Metrics {
             below_preferred_tier,
             ready: AtomicBool::new(false),
         })
+    }
+
+    /// Records one evaluation of `isvc`: its SLA state, its levers' limits, its targets and the
+    /// percentiles the planner observed (no series where it observed none, rather than a stale
+    /// value that looks current).
+    pub fn record_evaluation(&self, isvc: &InferenceService, d: &Decision, observed: &ServiceMetrics) {
+        let (ns, name) = (isvc.namespace().unwrap_or_default(), isvc.name_any());
+        let sla_value = match d.sla {
+            SlaState::Met => 1.0,
+            SlaState::Violated => 0.0,
+            SlaState::Unknown => -1.0,
+        };
+        self.sla_met.with_label_values(&[&ns, &name]).set(sla_value);
+        let flag = |on: bool| if on { 1.0 } else { 0.0 };
+        self.scaling_limited.with_label_values(&[&ns, &name]).set(flag(d.scaling_limited));
+        let below = d.levers.tier != isvc.spec.quantization.preferred();
+        self.below_preferred_tier.with_label_values(&[&ns, &name]).set(flag(below));
+        let sla = &isvc.spec.sla;
+        let targets = [("ttft", Some(sla.ttft_ms)), ("itl", Some(sla.itl_ms)), ("e2e", sla.e2e_ms)];
+        for (dimension, ms) in targets {
+            match ms {
+                Some(ms) => {
+                    self.sla_target.with_label_values(&[&ns, &name, dimension]).set(f64::from(ms) / 1e3)
+                }
+                None => {
+                    let _ = self.sla_target.remove_label_values(&[&ns, &name, dimension]);
+                }
+            }
+        }
+        for (dimension, q) in [("ttft", &observed.ttft), ("itl", &observed.itl), ("e2e", &observed.e2e)] {
+            match q {
+                Quantile::Value { seconds, .. } => {
+                    self.observed.with_label_values(&[&ns, &name, dimension]).set(*seconds)
+                }
+                _ => {
+                    let _ = self.observed.remove_label_values(&[&ns, &name, dimension]);
+                }
+            }
+        }
+    }
+
+    /// Counts every lever `d` moved (or recommended moving).
+    pub fn count_changes(&self, d: &Decision) {
+        for change in &d.changes {
+            self.decisions
+                .with_label_values(&[change.lever.as_str(), change.direction.as_str(), d.reason.as_str()])
+                .inc();
+        }
+    }
+
+    /// Drops every series of the InferenceService `ns/name` (it was deleted).
+    pub fn forget_service(&self, ns: &str, name: &str) {
+        let _ = self.sla_met.remove_label_values(&[ns, name]);
+        let _ = self.scaling_limited.remove_label_values(&[ns, name]);
+        let _ = self.below_preferred_tier.remove_label_values(&[ns, name]);
+        for dimension in ["ttft", "itl", "e2e"] {
+            let _ = self.observed.remove_label_values(&[ns, name, dimension]);
+            let _ = self.sla_target.remove_label_values(&[ns, name, dimension]);
+        }
     }
 
     /// The metrics in Prometheus text format.

@@ -23,9 +23,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use pacer_bench::metrics::RequestRecord;
 use pacer_crds::InferenceService;
-use pacer_operator::local::load::{self, Profile, Records};
-use pacer_operator::local::report::client_windows;
-use pacer_operator::local::router::{self, Backend, Pool, RouterState};
+use pacer_local::load::{self, Profile, Records};
+use pacer_local::report::client_windows;
+use pacer_local::router::{self, Backend, Pool, RouterState};
 use pacer_tests::{
     AgentConfig, Cluster, NodeAgent, POD_NETWORK_RELABELING, Prometheus, Workloads, engine_bin, eventually,
     loopback_of,

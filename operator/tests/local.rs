@@ -9,11 +9,11 @@ use common::model;
 use pacer_bench::client::{self, Endpoint, Target};
 use pacer_bench::metrics::RequestRecord;
 use pacer_crds::Tier;
-use pacer_operator::build::FixedSettings;
-use pacer_operator::local::replicas::{EngineConfig, Event, Phase, Supervisor};
-use pacer_operator::local::router::{self, Pool, RouterState};
-use pacer_operator::local::{self, LoadKind, Options, load};
-use pacer_operator::planner::Levers;
+use pacer_crds::settings::FixedSettings;
+use pacer_local::replicas::{Event, Phase, ReplicaConfig, Supervisor};
+use pacer_local::router::{self, Pool, RouterState};
+use pacer_local::{self as local, LoadKind, Options, load};
+use pacer_planner::Levers;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,7 +137,7 @@ async fn no_request_fails_across_drain_tier_rollout_and_a_replaced_crash() {
     let base_url = format!("http://{}", listener.local_addr().expect("addr"));
     let app = router::router(RouterState::new(pool.clone()));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let config = EngineConfig {
+    let config = ReplicaConfig {
         engine: engine(),
         model: model(),
         served_name: "smollm2".into(),

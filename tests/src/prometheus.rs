@@ -22,7 +22,7 @@ pub const PROMETHEUS_VERSION: &str = "3.16.0";
 
 /// The relabelling of a Kubernetes pod scrape of engine pods: keep pods labelled
 /// `serving.pacer.dev/inferenceservice`, and set `inferenceservice`, `namespace` and `pod`
-/// from the pod's label, namespace and name (`METRICS.md`).
+/// from the pod's label, namespace and name (`docs/metrics.md`).
 pub const KUBERNETES_RELABELING: &str = r#"    relabel_configs:
       - source_labels: [__meta_kubernetes_pod_label_serving_pacer_dev_inferenceservice]
         regex: .+

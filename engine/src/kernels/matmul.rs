@@ -13,8 +13,7 @@ use rayon::prelude::*;
 
 /// Rows of `x` at or above which an f32 product goes to a GEMM (register-blocked and
 /// compute-bound) instead of the row-streaming dot kernel (memory-bound, best for decode).
-/// Measured with `pacer-engine bench --tier f32`: at 8 and 16 rows streaming still wins
-/// (181 vs 122 and 211 vs 197 tok/s aggregate decode).
+/// `pacer-engine bench --tier f32` shows streaming still ahead at 8 and 16 rows.
 const F32_GEMM_MIN_ROWS: usize = 32;
 
 /// `out[i][j] = Σ_k x[i][k] · W[j][k]` for `m` rows of `x` (row-major, `w.cols()` wide);

@@ -9,7 +9,7 @@
 
 /// Defines a function twice over: the portable body as written, compiled for the baseline
 /// target, and the same body compiled with AVX2 + FMA + F16C, picked at run time by [`isa`].
-/// The binaries run on any x86-64 CPU (the README's portable fallback) while the loops written
+/// The binaries run on any x86-64 CPU (docs/engine.md: the portable fallback) while the loops written
 /// to vectorize get 256-bit FMAs where the CPU has them. Both copies do the same operations in
 /// the same order (`mul_add` is fused in both; without FMA it is a correctly rounded library
 /// call), and `PACER_KERNELS=scalar` makes the portable copy run on any CPU, for tests.

@@ -3,8 +3,6 @@
 
 use crate::error::EngineError;
 use candle_core::quantized::gguf_file::{Content, Value};
-use std::fmt;
-use std::str::FromStr;
 
 /// Architectures whose GGUF tensors follow llama's layout (names, tied or separate head,
 /// "norm" RoPE on pre-permuted q/k weights).
@@ -108,8 +106,9 @@ impl LlamaConfig {
     }
 }
 
-/// Quantization tier of the weight matrices, chosen at load. Ordered from most precise to
-/// fastest; norms always stay f32.
+/// Quantization tier of the weight matrices, chosen at load: the contract's type, so the
+/// engine, the planner and the CRD share one list. `pacer-engine` loads [`Tier::PACER`]; norms
+/// always stay f32.
 ///
 /// ```
 /// use pacer_engine::Tier;
@@ -118,51 +117,7 @@ impl LlamaConfig {
 /// assert_eq!(Tier::Native.to_string(), "native");
 /// assert!("q4_k".parse::<Tier>().is_err());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    /// Every matrix dequantized to f32: the reference tier.
-    F32,
-    /// 8-bit blocks.
-    Q8_0,
-    /// 4-bit blocks with one scale: the smallest and fastest tier.
-    Q4_0,
-    /// As stored in the file (formats the kernels lack are converted to q8_0): the engine's
-    /// default, since a 4-bit file (SmolLM2's Q4_1) then runs as fast as `q4_0` without the
-    /// precision lost by requantizing it.
-    Native,
-}
-
-impl Tier {
-    /// All tiers, for `info` and benchmarks.
-    pub const ALL: [Tier; 4] = [Tier::F32, Tier::Q8_0, Tier::Q4_0, Tier::Native];
-
-    /// The name used on the command line, in metrics and in the CRD.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::F32 => "f32",
-            Tier::Q8_0 => "q8_0",
-            Tier::Q4_0 => "q4_0",
-            Tier::Native => "native",
-        }
-    }
-}
-
-impl fmt::Display for Tier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Tier {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Tier::ALL
-            .into_iter()
-            .find(|t| t.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown tier `{s}` (expected one of f32, q8_0, q4_0, native)"))
-    }
-}
+pub use pacer_engine_api::Tier;
 
 #[cfg(test)]
 mod tests {
@@ -170,7 +125,7 @@ mod tests {
 
     #[test]
     fn tiers_parse_and_print() {
-        for t in Tier::ALL {
+        for t in Tier::PACER {
             assert_eq!(t.as_str().parse::<Tier>(), Ok(t));
         }
         assert!("q4_k".parse::<Tier>().unwrap_err().contains("unknown tier"));

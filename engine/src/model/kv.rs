@@ -20,7 +20,7 @@ use std::hash::{Hash, Hasher};
 /// per-head keys and values (16 × head_dim floats each) contiguous for the attention loops.
 /// Keys are stored transposed within a block (dimension-major: `d · 16 + slot`), the layout
 /// the attention's score tile reads ([`crate::kernels::score_tile`]); values are token-major.
-pub const BLOCK_TOKENS: usize = pacer_planner::engine_defaults::KV_BLOCK_TOKENS as usize;
+pub const BLOCK_TOKENS: usize = pacer_engine_api::defaults::KV_BLOCK_TOKENS as usize;
 const _: () = assert!(BLOCK_TOKENS == crate::kernels::TILE, "a KV block is one attention tile");
 
 /// One block of a sequence's cache for one layer and KV head.
@@ -294,8 +294,8 @@ impl KvCache {
     /// Where `block` of `head` in `layer` starts. Head-major: an attention task reads one KV head
     /// across a sequence's blocks, which the free list hands out in order, so those reads are one
     /// stream the hardware prefetcher follows. Block-major put the other heads' 4 KiB between
-    /// each pair, a new page every block: single-row decode at a 2,000-token context ran at
-    /// about 65 tok/s against 102 head-major (docs/benchmarks.md, "A head-major KV pool").
+    /// each pair, a new page every block, which slowed single-row decode at long contexts by
+    /// about a third (docs/benchmarks.md, "A head-major KV pool").
     fn offset(&self, layer: usize, block: u32, head: usize) -> usize {
         ((layer * self.kv_heads + head) * self.num_blocks + block as usize) * BLOCK_TOKENS * self.head_dim
     }

@@ -96,6 +96,8 @@ pub(super) fn target_format(tier: Tier, stored: GgmlDType, is_embedding: bool) -
             // F16/BF16 and formats without a kernel here run as 8-bit blocks.
             _ => Format::Q8_0,
         },
+        // vLLM's precision classes: `Model::from_gguf` refuses them before any matrix.
+        Tier::Bf16 | Tier::Fp16 | Tier::Fp8 | Tier::Int8 | Tier::Int4 => Format::F32,
     }
 }
 

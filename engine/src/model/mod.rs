@@ -128,6 +128,11 @@ impl Model {
         device: ComputeDevice,
     ) -> Result<Self, EngineError> {
         let started = Instant::now();
+        if !tier.is_pacer() {
+            return Err(EngineError::model(format!(
+                "tier {tier} is a vLLM precision class; pacer-engine loads f32, q8_0, native and q4_0"
+            )));
+        }
         let config = LlamaConfig::from_gguf(content)?;
         let backend = if device.is_candle() {
             let dev = candle_backend::candle_device(device)?;

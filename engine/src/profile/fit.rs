@@ -2,7 +2,7 @@
 //! residuals, and how well the fit matches its samples.
 
 use super::{StepModel, StepSample};
-use pacer_planner::lsq::Normal;
+use pacer_engine_api::lsq::Normal;
 
 /// A fitted step model and how well it matches its samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -22,7 +22,7 @@ fn features(s: &StepSample) -> [f64; 4] {
 /// Fits [`StepModel`] to `samples` by non-negative least squares on relative residuals
 /// (`Σ ((predicted − measured) / measured)²`), so a 5 ms decode step weighs as much as a
 /// 500 ms prompt chunk: the planner needs both ITL and TTFT right. The fit is the planner's
-/// ([`pacer_planner::lsq`]); `None` when no subset of the coefficients gives a model with a
+/// ([`pacer_engine_api::lsq`]); `None` when no subset of the coefficients gives a model with a
 /// positive time per step.
 pub fn fit_step_model(samples: &[StepSample]) -> Option<Fit> {
     let mut normal = Normal::<4>::default();

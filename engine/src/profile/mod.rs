@@ -2,7 +2,7 @@
 //! what the tier costs in quality. Whole steps (decode rows, prompt chunks, and both mixed) go
 //! through the same batched [`Model::forward`] the server runs; a linear step model is fitted
 //! to them; the tier's next-token distributions are compared with the `f32` tier's on a fixed
-//! text. The result is an [`EngineProfile`]: the planner's type (`pacer_planner::profile`,
+//! text. The result is an [`EngineProfile`]: the contract's type (`pacer_engine_api::profile`,
 //! re-exported here), so the file the engine writes and the one the planner reads have one
 //! definition.
 
@@ -10,7 +10,7 @@ use crate::LoadedModel;
 use crate::bench::synthetic_tokens;
 use crate::error::EngineError;
 use crate::model::{KvCache, Model, SeqCache, SeqStep, Tier};
-pub use pacer_planner::profile::{EngineProfile, PROFILE_SCHEMA, Quality, StepModel, StepSample};
+pub use pacer_engine_api::profile::{EngineProfile, PROFILE_SCHEMA, Quality, StepModel, StepSample};
 use std::path::Path;
 use std::time::Instant;
 
@@ -287,7 +287,7 @@ pub fn profile(
     let profile = EngineProfile {
         schema: PROFILE_SCHEMA,
         model: path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-        tier: tier.to_string(),
+        tier,
         threads: threads as u32,
         device: cpu_name(),
         load_seconds,

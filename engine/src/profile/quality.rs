@@ -53,7 +53,7 @@ pub fn compare_tiers(
     }
     let n = tokens.len().max(1) as f64;
     Ok(Quality {
-        reference_tier: reference.tier.to_string(),
+        reference_tier: reference.tier,
         tokens: tokens.len() as u32,
         top1_agreement: agree as f64 / n,
         mean_kl: kl / n,

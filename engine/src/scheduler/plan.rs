@@ -14,7 +14,7 @@ use crate::model::BLOCK_TOKENS;
 
 /// The fewest prompt tokens the first prompt of a step gets, whatever the time budget says, so
 /// a long prompt always progresses.
-pub const MIN_CHUNK: usize = pacer_planner::engine_defaults::MIN_CHUNK as usize;
+pub const MIN_CHUNK: usize = pacer_engine_api::defaults::MIN_CHUNK as usize;
 
 /// Blocks that hold `tokens` tokens.
 pub fn blocks_for(tokens: usize) -> usize {

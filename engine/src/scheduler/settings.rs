@@ -1,102 +1,13 @@
-//! Live batch settings: their validation, and the watcher of the settings file (the operator
-//! mounts a ConfigMap there) that applies changes without a restart.
+//! The watcher of the live-settings file (the operator mounts a ConfigMap there) that applies
+//! changed, valid settings without a restart. The document itself is the contract's
+//! ([`pacer_engine_api::settings`]).
 
 use super::SchedulerHandle;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The ITL budget of `pacer-engine serve` when none is given: a step of 100 ms is a gap of
-/// 100 ms in every running stream.
-pub const DEFAULT_MAX_STEP_MS: u64 = pacer_planner::engine_defaults::DEFAULT_MAX_STEP_MS;
-
-/// The batching knobs the operator moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BatchSettings {
-    /// Most sequences in the running batch.
-    pub max_batch_size: usize,
-    /// How long an idle engine waits for more requests to fill a batch; 0 = never.
-    pub batch_wait_ms: u64,
-    /// Most tokens one step processes (decodes plus prompt chunks).
-    pub max_num_batched_tokens: usize,
-    /// The ITL budget: while streams decode, prompt chunks are cut so a step is predicted to
-    /// take at most this long (measured by the engine's own fit of its step times); 0 = no
-    /// time bound. Prompts alone still run at the full token budget.
-    #[serde(default)]
-    pub max_step_ms: u64,
-    /// How long a new prompt may wait, from its arrival, for others to start in the same step
-    /// while streams decode and long gaps are no longer rare (see `scheduler::tail`); 0 = it
-    /// starts at once.
-    #[serde(default)]
-    pub prefill_hold_ms: u64,
-}
-
-impl Default for BatchSettings {
-    fn default() -> Self {
-        BatchSettings {
-            max_batch_size: 16,
-            batch_wait_ms: 0,
-            max_num_batched_tokens: pacer_planner::engine_defaults::STEP_TOKEN_BUDGET as usize,
-            max_step_ms: DEFAULT_MAX_STEP_MS,
-            prefill_hold_ms: 0,
-        }
-    }
-}
-
-impl BatchSettings {
-    /// Checks ranges; the message says what is wrong and what is allowed.
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=1024).contains(&self.max_batch_size) {
-            return Err(format!("max_batch_size must be 1..=1024, got {}", self.max_batch_size));
-        }
-        if self.batch_wait_ms > 10_000 {
-            return Err(format!("batch_wait_ms must be at most 10000, got {}", self.batch_wait_ms));
-        }
-        if self.max_step_ms > 60_000 {
-            return Err(format!(
-                "max_step_ms must be at most 60000 (0 = no time bound), got {}",
-                self.max_step_ms
-            ));
-        }
-        if self.prefill_hold_ms > 10_000 {
-            return Err(format!(
-                "prefill_hold_ms must be at most 10000 (0 = no hold), got {}",
-                self.prefill_hold_ms
-            ));
-        }
-        if self.max_num_batched_tokens < self.max_batch_size {
-            return Err(format!(
-                "max_num_batched_tokens ({}) must be at least max_batch_size ({}) so every running sequence can decode each step",
-                self.max_num_batched_tokens, self.max_batch_size
-            ));
-        }
-        Ok(())
-    }
-
-    /// Parses settings from JSON text, applying them over `base` (fields may be omitted).
-    pub fn parse_over(base: BatchSettings, text: &str) -> Result<BatchSettings, String> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Partial {
-            max_batch_size: Option<usize>,
-            batch_wait_ms: Option<u64>,
-            max_num_batched_tokens: Option<usize>,
-            max_step_ms: Option<u64>,
-            prefill_hold_ms: Option<u64>,
-        }
-        let p: Partial = serde_json::from_str(text).map_err(|e| format!("not valid settings JSON: {e}"))?;
-        let s = BatchSettings {
-            max_batch_size: p.max_batch_size.unwrap_or(base.max_batch_size),
-            batch_wait_ms: p.batch_wait_ms.unwrap_or(base.batch_wait_ms),
-            max_num_batched_tokens: p.max_num_batched_tokens.unwrap_or(base.max_num_batched_tokens),
-            max_step_ms: p.max_step_ms.unwrap_or(base.max_step_ms),
-            prefill_hold_ms: p.prefill_hold_ms.unwrap_or(base.prefill_hold_ms),
-        };
-        s.validate()?;
-        Ok(s)
-    }
-}
+pub use pacer_engine_api::defaults::DEFAULT_MAX_STEP_MS;
+pub use pacer_engine_api::settings::BatchSettings;
 
 /// Polls `path` every `interval` and sends changed, valid settings to the scheduler. Polling
 /// (rather than inotify) follows Kubernetes' atomic symlink swap of ConfigMap volumes. An
@@ -133,41 +44,5 @@ pub async fn watch_settings_file(
             Err(_) => {}
         }
         tokio::time::sleep(interval).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn partial_files_apply_over_the_current_settings() {
-        let base = BatchSettings::default();
-        let s = BatchSettings::parse_over(base, r#"{"max_batch_size": 4}"#).unwrap();
-        assert_eq!(s, BatchSettings { max_batch_size: 4, ..base });
-    }
-
-    #[test]
-    fn invalid_settings_say_why() {
-        let base = BatchSettings::default();
-        assert!(
-            BatchSettings::parse_over(base, r#"{"max_batch_size": 0}"#)
-                .unwrap_err()
-                .contains("max_batch_size")
-        );
-        assert!(
-            BatchSettings::parse_over(base, r#"{"batch_size": 4}"#).unwrap_err().contains("unknown field")
-        );
-        assert!(BatchSettings::parse_over(base, "max_batch_size=4").unwrap_err().contains("JSON"));
-        let err = BatchSettings::parse_over(base, r#"{"max_batch_size": 64, "max_num_batched_tokens": 32}"#);
-        assert!(err.unwrap_err().contains("at least max_batch_size"));
-        let err = BatchSettings::parse_over(base, r#"{"max_step_ms": 600000}"#);
-        assert!(err.unwrap_err().contains("max_step_ms"));
-        let s = BatchSettings::parse_over(base, r#"{"max_step_ms": 0}"#).unwrap();
-        assert_eq!(s.max_step_ms, 0);
-        let err = BatchSettings::parse_over(base, r#"{"prefill_hold_ms": 20000}"#);
-        assert!(err.unwrap_err().contains("prefill_hold_ms"));
-        let s = BatchSettings::parse_over(base, r#"{"prefill_hold_ms": 300}"#).unwrap();
-        assert_eq!(s.prefill_hold_ms, 300);
     }
 }

@@ -31,10 +31,10 @@ pub const TAIL_SHARE: f64 = 0.025;
 /// The tokens a step that releases held prompts may feed (or `--max-num-batched-tokens`, if
 /// more), so a whole wave of prompts starts in one step: 16 prompts of ~180 tokens did not fit
 /// in llama.cpp's default logical batch (2,048), and the rest went in budget-sized steps that
-/// held P95 ITL at the budget (docs/benchmarks.md, 2026-12-07: 107 → 46 ms at 16 clients with
-/// 4,096, 32 clients fitting in 8,192). Such a step stalls the streams for seconds on a small
-/// CPU; the ledger keeps it rare, and it is bounded so a wave of long prompts cannot grow it
-/// without limit.
+/// held P95 ITL at the budget (docs/benchmarks.md, "The prompt hold: the released step's
+/// size": 32 clients' prompts fit in 8,192). Such a step stalls the streams for seconds on a
+/// small CPU; the ledger keeps it rare, and it is bounded so a wave of long prompts cannot grow
+/// it without limit.
 pub const RELEASED_TOKENS: usize = 8192;
 
 /// Gaps the ledger remembers: about ten seconds of a batch of 8 at 20 ms a step.

@@ -28,7 +28,7 @@ use super::tail::{Lengths, Wait, quantile_of_sum};
 use crate::Tier;
 use std::collections::BTreeMap;
 
-pub use crate::engine_defaults::STEP_TOKEN_BUDGET;
+pub use pacer_engine_api::defaults::STEP_TOKEN_BUDGET;
 /// A long prompt, for TTFT's tail, as a multiple of the mean prompt (the workload only gives
 /// the mean; 1.5 sits between a fixed length, 1.0, and a uniform spread's P95, 1.9).
 pub const LONG_PROMPT: f64 = 1.5;
@@ -113,16 +113,14 @@ pub struct CapacityModel {
 impl CapacityModel {
     /// A model from profiles. Of several profiles of one tier (other thread counts, other
     /// machines) the slowest at a batch of 8 is kept: planning for less capacity errs on the
-    /// side of the SLA. Profiles of tiers Pacer does not know are ignored.
+    /// side of the SLA. (A profile of a tier Pacer does not know does not parse.)
     pub fn new(profiles: Vec<EngineProfile>) -> CapacityModel {
         let mut steps: BTreeMap<Tier, StepModel> = BTreeMap::new();
         let cost = |s: &StepModel| s.step_seconds(8.0, 0.0, 8.0 * 256.0);
         for p in profiles {
-            if let Some(tier) = Tier::named(&p.tier) {
-                let slower = steps.get(&tier).is_none_or(|kept| cost(&p.step) > cost(kept));
-                if slower {
-                    steps.insert(tier, p.step);
-                }
+            let slower = steps.get(&p.tier).is_none_or(|kept| cost(&p.step) > cost(kept));
+            if slower {
+                steps.insert(p.tier, p.step);
             }
         }
         CapacityModel { steps }
@@ -252,7 +250,7 @@ pub struct Limits {
 }
 
 /// The fewest prompt tokens the engine's first prompt gets in a step, whatever the ITL budget.
-const MIN_CHUNK: f64 = crate::engine_defaults::MIN_CHUNK as f64;
+const MIN_CHUNK: f64 = pacer_engine_api::defaults::MIN_CHUNK as f64;
 
 fn predict_replica(step: &StepModel, config: &EngineConfig, load: &Workload, quantile: f64) -> Prediction {
     let slots = f64::from(config.max_batch_size.max(1));

@@ -1,52 +1,51 @@
 //! The SLA planner: pure decisions. [`decide`] takes the spec, one [`Observation`], the levers in
 //! force, the planner's [`History`] and the time, and returns a [`Decision`]: the levers to run
 //! at next, which lever moved and why, in a reason code and one sentence. No IO, no clock reads:
-//! the operator, local mode and the simulator all drive this same function. The crate depends on
+//! the operator, local mode and the simulator all drive it through one [`Planner`]. The crate depends on
 //! nothing that does IO (serde and thiserror only), and its lints refuse the standard library's
 //! file, network, process and clock calls, so "pure" is checked, not promised.
 //!
 //! - [`observation`]: what is seen (percentiles with sample counts, rates, freshness).
 //! - [`spec`]: targets, ranges and policy in seconds.
 //! - [`levers`]: the three levers.
-//! - [`profile`]: an engine profile (step times per tier) from `pacer-engine profile`.
+//! - [`profile`], [`tier`], [`lsq`], [`buckets`]: the engine's contract (`pacer-engine-api`),
+//!   re-exported: profiles, tiers, the shared least squares and the histograms' bucket bounds.
 //! - [`capacity`]: the queueing model that turns a profile and a load into predicted percentiles
 //!   and per-replica capacity.
 //! - [`online`]: step models learnt from the metrics for tiers no profile covers (vLLM).
-//! - [`lsq`]: the non-negative least squares both step-model fits use.
 //! - [`tail`]: TTFT's percentile as the percentile of a sum of waits and a prompt's prefill.
 //! - [`forecast`]: the load to plan for, from the leading signals.
 //! - [`choose`]: the one rule — the cheapest configuration predicted to hold the SLA.
 //! - [`decide`](mod@decide): trust, learning, and turning the choice into lever moves.
-//! - [`buckets`]: the bucket bounds of the engine's histograms.
-//! - [`engine_defaults`]: the engine scheduler's defaults and limits the models assume.
-//! - [`tier`]: the quantization tiers (the API crate re-exports [`Tier`]).
+//! - [`driver`]: [`Planner`], the one driver every caller uses: each observation in, a
+//!   decision out when one is due, the history kept between.
 //! - [`histogram`]: Prometheus text exposition and `histogram_quantile`'s arithmetic, shared by
 //!   local mode's scraper and the simulator's Prometheus.
 #![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 // Output goes through a returned value; a print in a library is a leftover.
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
-pub mod buckets;
 pub mod capacity;
+// The engine's contract, re-exported: the planner's inputs include its tiers and profiles.
+pub use pacer_engine_api::{buckets, lsq, profile, tier};
 pub mod choose;
 pub mod decide;
-pub mod engine_defaults;
+pub mod driver;
 pub mod forecast;
 pub mod histogram;
 pub mod levers;
-pub mod lsq;
 pub mod memory;
 pub mod observation;
 pub mod online;
-pub mod profile;
 pub mod spec;
 pub mod tail;
 #[cfg(test)]
 mod tests;
-pub mod tier;
 
 pub use capacity::{CapacityModel, EngineConfig, Prediction, Workload};
 pub use decide::{decide, due};
+pub use driver::Planner;
 pub use forecast::Forecast;
 pub use levers::{Direction, Lever, Levers};
 pub use observation::{

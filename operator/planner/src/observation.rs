@@ -212,3 +212,39 @@ pub struct Observation {
     /// Replicas that exist (ready or starting), the Deployment's desired count when acting.
     pub desired_replicas: i32,
 }
+
+/// An InferenceService, as the `namespace` and `inferenceservice` labels of its series name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// The service `namespace/name`.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ServiceKey {
+        ServiceKey { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl std::fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What one service needs observed: its SLA percentile over its SLA window, and rates over a
+/// rate window. Services that share these values share queries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowRequest {
+    /// The service.
+    pub service: ServiceKey,
+    /// The SLA percentile as a quantile, 0..1 (0.95 for P95).
+    pub quantile: f64,
+    /// The SLA window percentiles and sample counts are computed over, seconds.
+    pub window: f64,
+    /// The window request and token rates are computed over, seconds.
+    pub rate_window: f64,
+}

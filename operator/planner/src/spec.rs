@@ -3,6 +3,7 @@
 //! without a Kubernetes object.
 
 use crate::Tier;
+use crate::forecast::RATE_WINDOW;
 use serde::{Deserialize, Serialize};
 
 /// Targets, ranges and policy, with durations in seconds.
@@ -62,6 +63,13 @@ impl PlannerSpec {
     /// The SLA percentile as a quantile in 0..1.
     pub fn quantile(&self) -> f64 {
         self.percentile / 100.0
+    }
+
+    /// The window request and token rates are computed over: [`RATE_WINDOW`], or the SLA
+    /// window when shorter. Every driver asks its metrics source for rates over this window, and
+    /// the forecast assumes it.
+    pub fn rate_window(&self) -> f64 {
+        RATE_WINDOW.min(self.window)
     }
 
     /// Position of `tier` in the allowed list (0 = most precise), if allowed.

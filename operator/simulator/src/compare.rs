@@ -191,7 +191,7 @@ pub fn run_hindsight(
     let pod_start = config
         .profiles
         .iter()
-        .find(|p| p.tier == config.spec.preferred_tier.as_str())
+        .find(|p| p.tier == config.spec.preferred_tier)
         .map_or(0.0, |p| super::fleet::start_delay(config.container_start, p));
     let lead = if lead { pod_start + hindsight::INTERVAL } else { 0.0 };
     let mut policy = Hindsight::new(need.to_vec(), config.score_window, lead);

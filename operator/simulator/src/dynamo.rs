@@ -9,7 +9,7 @@
 //!   on mean latencies.
 
 use super::calibrate::Profiled;
-use super::policy::{Policy, Tick, with_replicas};
+use super::policy::{Move, Policy, with_replicas};
 use super::prom::{EngineReport, Seen};
 use super::replica::{KV_CACHE_TOKENS, StepRecord};
 use pacer_planner::{Levers, PlannerSpec};
@@ -50,7 +50,7 @@ impl Policy for DynamoV1 {
     fn interval(&self) -> f64 {
         LOAD_INTERVAL
     }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move {
         let obs = &seen.observation;
         let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
         let mut reason = String::from("load");
@@ -386,7 +386,7 @@ impl Policy for Dynamo {
     fn interval(&self) -> f64 {
         LOAD_INTERVAL
     }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move {
         let obs = &seen.observation;
         let (min, max) = (self.spec.min_replicas, self.spec.max_replicas);
         let budget = current.max_num_batched_tokens;

@@ -298,7 +298,7 @@ impl Fleet {
 
     /// The tier index of `levers`' tier among the profiles.
     pub fn tier_index(&self, levers: &Levers) -> Option<usize> {
-        self.profiles.iter().position(|p| p.tier == levers.tier.as_str())
+        self.profiles.iter().position(|p| p.tier == levers.tier)
     }
 }
 

@@ -20,7 +20,7 @@
 //! They are references for the comparison table, not policies to deploy.
 
 use super::compare::{Calibration, PolicyName, run_one};
-use super::policy::{Policy, Tick, with_replicas};
+use super::policy::{Move, Policy, with_replicas};
 use super::prom::Seen;
 use super::trace::Trace;
 use super::{SimConfig, SimError};
@@ -119,7 +119,7 @@ impl Policy for Hindsight {
     fn interval(&self) -> f64 {
         INTERVAL
     }
-    fn evaluate(&mut self, now: f64, _seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, now: f64, _seen: &Seen, current: &Levers) -> Move {
         with_replicas(current, self.desired(now), "the window's need, known in advance")
     }
 }

@@ -86,7 +86,7 @@ impl SimConfig {
     /// allowed tiers.
     pub fn new(isvc: &InferenceServiceSpec, profiles: Vec<EngineProfile>) -> Result<SimConfig, SimError> {
         let mut spec = isvc.planner_spec();
-        let has = |t: &Tier| profiles.iter().any(|p| p.tier == t.as_str());
+        let has = |t: &Tier| profiles.iter().any(|p| p.tier == *t);
         spec.tiers.retain(|t| has(t));
         if !has(&spec.preferred_tier) {
             return Err(SimError::Input(format!(
@@ -122,7 +122,7 @@ impl SimConfig {
 
     /// Index of `tier`'s profile.
     pub fn tier_index(&self, tier: Tier) -> Option<usize> {
-        self.profiles.iter().position(|p| p.tier == tier.as_str())
+        self.profiles.iter().position(|p| p.tier == tier)
     }
 }
 
@@ -155,7 +155,7 @@ pub fn test_profile(tier: Tier) -> EngineProfile {
     EngineProfile {
         schema: pacer_planner::profile::PROFILE_SCHEMA,
         model: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
-        tier: tier.as_str().into(),
+        tier,
         threads: 1,
         device: "built-in test profile".into(),
         load_seconds: 2.0,
@@ -196,7 +196,7 @@ pub fn vllm_profile(tier: Tier) -> EngineProfile {
     EngineProfile {
         schema: pacer_planner::profile::PROFILE_SCHEMA,
         model: "meta-llama/Llama-3.1-8B-Instruct (derived)".into(),
-        tier: tier.as_str().into(),
+        tier,
         threads: 1,
         device: "NVIDIA H100 SXM, roofline estimate".into(),
         load_seconds: 60.0,
@@ -226,7 +226,7 @@ enum Event {
     Engine(usize),
     Ready(usize),
     Scrape,
-    Tick,
+    Move,
     Window,
 }
 
@@ -319,7 +319,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
     let mut clock = Clock { heap: BinaryHeap::new(), seq: 0, engine_at: HashMap::new() };
     let mut scorer = Scorer::new(config, trace, &policy.name());
     clock.push(0.0, Event::Scrape);
-    clock.push(policy.interval(), Event::Tick);
+    clock.push(policy.interval(), Event::Move);
     clock.push(config.score_window, Event::Window);
     let mut next_arrival = 0usize;
     let mut done: Vec<Finished> = Vec::new();
@@ -383,7 +383,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                 prom.compact(at);
                 clock.push(at + config.scrape_interval, Event::Scrape);
             }
-            Event::Tick => {
+            Event::Move => {
                 let tier = tier_of(&levers)?;
                 let mut seen = prom.observe(
                     at,
@@ -425,7 +425,7 @@ pub fn simulate(config: &SimConfig, trace: &Trace, policy: &mut dyn Policy) -> R
                     settle(&mut fleet, &mut clock, &mut prom);
                 }
                 last_reason = tick.reason;
-                clock.push(at + policy.interval(), Event::Tick);
+                clock.push(at + policy.interval(), Event::Move);
             }
             Event::Window => {
                 let tier = tier_of(&levers)?;

@@ -1,23 +1,21 @@
-//! Pacer's own policy in the simulator: `planner::decide` on the same observation the operator
-//! would build, with its capacity model seeded from the run's profiles and its `History`
-//! carried from tick to tick exactly as the operator keeps it. It looks at every scrape and
-//! decides when [`planner::due`](pacer_planner::due) says so: at its evaluation interval, or
-//! early when a leading signal crosses.
+//! Pacer's own policy in the simulator: the planner's one driver ([`Planner`]) on the same
+//! observation the operator would build, with its capacity model seeded from the run's
+//! profiles. It looks at every scrape and decides when the driver says one is due: at its
+//! evaluation interval, or early when a leading signal crosses.
 
-use super::policy::{Policy, Tick};
+use super::policy::{Move, Policy};
 use super::prom::Seen;
-use pacer_planner::{CapacityModel, EngineProfile, History, Levers, PlannerSpec, decide, decide::note, due};
+use pacer_planner::{CapacityModel, EngineProfile, History, Levers, Planner, PlannerSpec};
 
 /// How often the policy looks at Prometheus' answers (the simulator's scrape interval).
 pub const OBSERVE_EVERY: f64 = 15.0;
 
-/// `planner::decide` with a history carried between ticks.
+/// The planner's driver and its capacity model.
 #[derive(Debug, Clone)]
 pub struct Pacer {
     name: &'static str,
-    spec: PlannerSpec,
+    planner: Planner,
     model: CapacityModel,
-    history: History,
     last_reason: String,
 }
 
@@ -26,9 +24,8 @@ impl Pacer {
     pub fn new(spec: &PlannerSpec, profiles: Vec<EngineProfile>) -> Pacer {
         Pacer {
             name: "pacer",
-            spec: spec.clone(),
+            planner: Planner::new(spec.clone()),
             model: CapacityModel::new(profiles),
-            history: History::default(),
             last_reason: "SLAMet".into(),
         }
     }
@@ -44,14 +41,12 @@ impl Policy for Pacer {
         self.name.into()
     }
     fn interval(&self) -> f64 {
-        self.spec.evaluation_interval.min(OBSERVE_EVERY)
+        self.planner.spec().evaluation_interval.min(OBSERVE_EVERY)
     }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
-        if !due(&self.spec, &seen.observation, &self.history, now) {
-            note(&seen.observation, &mut self.history);
-            return Tick { levers: *current, reason: self.last_reason.clone() };
-        }
-        let d = decide(&self.spec, &self.model, &seen.observation, current, &self.history, now);
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move {
+        let Some(d) = self.planner.tick(&self.model, &seen.observation, current, now) else {
+            return Move { levers: *current, reason: self.last_reason.clone() };
+        };
         let m = &seen.observation.metrics;
         tracing::debug!(
             t = now,
@@ -66,9 +61,8 @@ impl Policy for Pacer {
             message = %d.message,
             "simulated planner tick"
         );
-        self.history = d.history;
         self.last_reason = d.reason.as_str().into();
-        Tick { levers: d.levers, reason: self.last_reason.clone() }
+        Move { levers: d.levers, reason: self.last_reason.clone() }
     }
 }
 
@@ -109,16 +103,18 @@ impl Policy for Failover {
     fn interval(&self) -> f64 {
         self.pacer.interval()
     }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move {
         if !self.done && now >= self.at {
             self.done = true;
             let p = &mut self.pacer;
-            p.history = match self.takeover {
-                Takeover::FromStatus => pacer_planner::memory::encode(&p.history)
+            let history = match self.takeover {
+                Takeover::FromStatus => pacer_planner::memory::encode(p.planner.history())
                     .and_then(|text| pacer_planner::memory::decode(&text, now))
                     .unwrap_or_default(),
                 Takeover::Empty => History::default(),
             };
+            // A new leader: the memory it starts from, and no observation noted yet.
+            p.planner = Planner::resume(p.planner.spec().clone(), history);
         }
         self.pacer.evaluate(now, seen, current)
     }

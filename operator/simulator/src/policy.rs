@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 /// What a policy decided at one tick.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Tick {
+pub struct Move {
     /// The levers to run at next.
     pub levers: Levers,
     /// Why, in the policy's words (a reason code for Pacer).
@@ -22,15 +22,15 @@ pub trait Policy {
     /// Seconds between evaluations.
     fn interval(&self) -> f64;
     /// One evaluation at `now`.
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick;
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move;
 }
 
-fn hold(current: &Levers, reason: &str) -> Tick {
-    Tick { levers: *current, reason: reason.into() }
+fn hold(current: &Levers, reason: &str) -> Move {
+    Move { levers: *current, reason: reason.into() }
 }
 
-pub(super) fn with_replicas(current: &Levers, n: i32, reason: &str) -> Tick {
-    Tick { levers: Levers { replicas: n, ..*current }, reason: reason.into() }
+pub(super) fn with_replicas(current: &Levers, n: i32, reason: &str) -> Move {
+    Move { levers: Levers { replicas: n, ..*current }, reason: reason.into() }
 }
 
 /// `static:N`: N replicas, always.
@@ -47,7 +47,7 @@ impl Policy for Static {
     fn interval(&self) -> f64 {
         60.0
     }
-    fn evaluate(&mut self, _now: f64, _seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, _now: f64, _seen: &Seen, current: &Levers) -> Move {
         with_replicas(current, self.replicas, "static")
     }
 }
@@ -85,7 +85,7 @@ impl Policy for LlmdSlo {
     fn interval(&self) -> f64 {
         15.0
     }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move {
         let m = &seen.observation.metrics;
         // An idle pool (no percentile) reads 0 and drifts toward the minimum.
         let ratio = |q: Option<f64>, target: f64| q.map_or(0.0, |v| v / target);
@@ -171,7 +171,7 @@ impl Policy for Kpa {
     fn interval(&self) -> f64 {
         2.0
     }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move {
         let Some(running) = seen.observation.metrics.running else { return hold(current, "no metrics") };
         self.samples.push_back((now, running));
         while self.samples.front().is_some_and(|(t, _)| *t <= now - 60.0) {

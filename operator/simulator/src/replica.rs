@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 /// step may carry, KV-cache tokens per engine, tokens per KV block (reservations round up to
 /// whole blocks) and the fewest prompt tokens the first prompt of a step gets under the ITL
 /// budget.
-pub use pacer_planner::engine_defaults::{KV_BLOCK_TOKENS, KV_CACHE_TOKENS, MIN_CHUNK, STEP_TOKEN_BUDGET};
+pub use pacer_engine_api::defaults::{KV_BLOCK_TOKENS, KV_CACHE_TOKENS, MIN_CHUNK, STEP_TOKEN_BUDGET};
 
 /// One request as the engine sees it.
 #[derive(Debug, Clone)]

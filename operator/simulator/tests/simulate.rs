@@ -7,7 +7,7 @@
 use pacer_crds::Tier;
 use pacer_planner::Levers;
 use pacer_simulator::compare::{self, LENGTHS, PolicyName};
-use pacer_simulator::policy::{Policy, Static, Tick};
+use pacer_simulator::policy::{Move, Policy, Static};
 use pacer_simulator::prom::Seen;
 use pacer_simulator::trace::{Shape, TraceSpec, generate};
 use pacer_simulator::{SimConfig, calibrate, pacer::Pacer, read_spec, simulate, test_profile, vllm_profile};
@@ -47,12 +47,12 @@ impl Policy for Recorder {
     fn interval(&self) -> f64 {
         15.0
     }
-    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Tick {
+    fn evaluate(&mut self, now: f64, seen: &Seen, current: &Levers) -> Move {
         let m = &seen.observation.metrics;
         if now > 120.0 {
             self.in_system.push(m.running.unwrap_or(0.0) + m.waiting.unwrap_or(0.0));
         }
-        Tick { levers: *current, reason: "hold".into() }
+        Move { levers: *current, reason: "hold".into() }
     }
 }
 

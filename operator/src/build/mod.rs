@@ -5,7 +5,8 @@
 
 mod configmap;
 mod deployment;
-mod monitoring;
+mod podmonitor;
+mod service;
 mod vllm;
 
 pub use configmap::{FixedSettings, SETTINGS_FILE, SETTINGS_KEY, configmap, fixed_settings, settings_json};
@@ -13,12 +14,14 @@ pub use deployment::{
     DRAIN_SECONDS, ENGINE_CONTAINER, HTTP_PORT, PRE_STOP_SLEEP_SECONDS, PROBE_PORT, PROBE_PORT_NAME,
     TERMINATION_GRACE_SECONDS, deployment,
 };
-pub use monitoring::{PodMonitor, PodMonitorSpec, pdb, pod_monitor, service};
+pub use podmonitor::{PodMonitor, PodMonitorSpec, pod_monitor};
+pub use service::{pdb, service};
 pub use vllm::VLLM_PORT_NAME;
 
 pub use crate::planner::Levers;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
+pub use pacer_crds::check::{MAX_NAME_LEN, SpecError, validate};
 use pacer_crds::{INFERENCESERVICE_LABEL, InferenceService, parse_duration};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,73 +32,6 @@ pub const FIELD_MANAGER: &str = "pacer-operator";
 pub const MANAGED_BY: &str = "pacer-operator";
 /// Label on the pod template naming the tier the pods run (also a Prometheus series label).
 pub const TIER_LABEL: &str = "serving.pacer.dev/tier";
-/// Longest `InferenceService` name: it names a Service (a DNS-1035 label, ≤ 63) and suffixed
-/// children such as `<name>-settings`.
-pub const MAX_NAME_LEN: usize = 52;
-
-/// Why a spec that passed the schema cannot be built.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SpecError {
-    /// The name is too long or not a DNS-1035 label.
-    #[error(
-        "metadata.name {0:?} must be a DNS-1035 label of at most {MAX_NAME_LEN} characters (lowercase letters, digits and '-', starting with a letter): it names the engine Service"
-    )]
-    Name(String),
-    /// A duration the schema's pattern should have caught.
-    #[error("{field} {value:?} is not a duration such as 30s, 5m or 1h")]
-    Duration {
-        /// The field's path.
-        field: &'static str,
-        /// What the spec holds.
-        value: String,
-    },
-    /// The API server refused a child built from the spec: something the CRD's rules let
-    /// through (or an older CRD did) that the child's own validation refuses.
-    #[error("the API server rejected {kind} {name}: {message}")]
-    ChildRejected {
-        /// The child's kind.
-        kind: String,
-        /// The child's name.
-        name: String,
-        /// The API server's message.
-        message: String,
-    },
-}
-
-impl SpecError {
-    /// The condition reason for this error.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            SpecError::Name(_) | SpecError::Duration { .. } => pacer_crds::conditions::reasons::INVALID_SPEC,
-            SpecError::ChildRejected { .. } => pacer_crds::conditions::reasons::CHILD_REJECTED,
-        }
-    }
-}
-
-/// Checks what the schema cannot (or what an older, less strict CRD let through).
-pub fn validate(isvc: &InferenceService) -> Result<(), SpecError> {
-    let name = isvc.name_any();
-    let dns1035 = name.len() <= MAX_NAME_LEN
-        && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && !name.ends_with('-')
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !dns1035 {
-        return Err(SpecError::Name(name));
-    }
-    let p = &isvc.spec.policy;
-    for (field, value) in [
-        ("sla.window", &isvc.spec.sla.window),
-        ("policy.evaluationInterval", &p.evaluation_interval),
-        ("policy.scaleUpStabilization", &p.scale_up_stabilization),
-        ("policy.scaleDownStabilization", &p.scale_down_stabilization),
-    ] {
-        if parse_duration(value).is_none() {
-            return Err(SpecError::Duration { field, value: value.clone() });
-        }
-    }
-    Ok(())
-}
-
 /// The evaluation interval (the requeue period of a healthy reconcile).
 pub fn evaluation_interval(isvc: &InferenceService) -> Duration {
     parse_duration(&isvc.spec.policy.evaluation_interval).unwrap_or(Duration::from_secs(30))

@@ -54,7 +54,7 @@ fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
 
 /// Runs local mode; exits with [`EXIT_SLA_NOT_HELD`] when the load ran and the SLA was not held.
 pub async fn run_local(args: LocalArgs) -> Result<()> {
-    use pacer_operator::local;
+    use pacer_local as local;
     let LocalArgs { config, engine, model, port, load, duration, out, profiles, min_held } = args;
     let engine = local::find_engine(engine)?;
     let model = match model {
@@ -96,5 +96,5 @@ pub async fn run_local(args: LocalArgs) -> Result<()> {
 
 /// The model `scripts/fetch-model.sh` caches, if it is there.
 fn default_model() -> Option<PathBuf> {
-    pacer_cli::default_model_path().filter(|path| path.is_file())
+    pacer_runtime::default_model_path().filter(|path| path.is_file())
 }

@@ -1,6 +1,7 @@
-//! The subcommands beside `run` and `crd`, each behind the feature of the same name (both on by
-//! default): the controller's container image is built without them, so it links neither the
-//! load generator nor the simulator.
+//! The subcommands of `pacer-operator`, one module each with its flags and its body: `run` (the
+//! controller), and `local` and `simulate`/`calibrate`, each behind the feature of the same name
+//! (both on by default): the controller's container image is built without them, so it links
+//! neither local mode, the load generator nor the simulator.
 
 use pacer_operator::planner::EngineProfile;
 use pacer_operator::planner::profile::ProfileError;
@@ -8,6 +9,7 @@ use std::path::Path;
 
 #[cfg(feature = "local")]
 pub mod local;
+pub mod run;
 #[cfg(feature = "simulate")]
 pub mod simulate;
 

@@ -7,6 +7,7 @@
 //! The API server's own side (admission, CEL, garbage collection, watches, a Lease) is tested
 //! against a real one in `tests/integration/`.
 
+use super::reconcile::retry_delay;
 use super::*;
 use crate::build::fixtures;
 use crate::scope::Scope;

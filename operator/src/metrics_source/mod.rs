@@ -8,7 +8,7 @@
 //!   for local mode's scraper and for tests.
 //!
 //! The engine's metric names are vLLM's (`vllm:time_to_first_token_seconds`, ...; see
-//! `METRICS.md`), so the same queries hold for pods of a real vLLM: only the
+//! `docs/metrics.md`), so the same queries hold for pods of a real vLLM: only the
 //! `serving.pacer.dev/inferenceservice` pod label, relabelled to `inferenceservice`, is needed.
 
 pub use pacer_planner::histogram;
@@ -17,49 +17,14 @@ pub mod queries;
 
 pub use prometheus::{PrometheusArgs, PrometheusConfig, PrometheusSource};
 
+pub use crate::planner::observation::{ServiceKey, WindowRequest};
 use crate::planner::{Freshness, ServiceMetrics};
 use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 
-/// An InferenceService, as the `namespace` and `inferenceservice` labels of its series name it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ServiceKey {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-}
-
-impl ServiceKey {
-    /// The service `namespace/name`.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ServiceKey {
-        ServiceKey { namespace: namespace.into(), name: name.into() }
-    }
-}
-
-impl std::fmt::Display for ServiceKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// What one service needs observed: its SLA percentile over its SLA window, and rates over a
-/// rate window. Services that share these values share queries.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WindowRequest {
-    /// The service.
-    pub service: ServiceKey,
-    /// The SLA percentile as a quantile, 0..1 (0.95 for P95).
-    pub quantile: f64,
-    /// The SLA window percentiles and sample counts are computed over, seconds.
-    pub window: f64,
-    /// The window request and token rates are computed over, seconds.
-    pub rate_window: f64,
-}
-
 /// What one tick observed.
 #[derive(Debug)]
-pub struct Observations {
+pub struct MetricsReading {
     /// When the metrics were evaluated, unix seconds.
     pub at: f64,
     /// Every requested service: its freshness and metrics. A service the source has no series
@@ -74,8 +39,8 @@ pub struct Observations {
 /// A metrics source. Object-safe, so the operator can hold an `Arc<dyn MetricsSource>`.
 pub trait MetricsSource: Send + Sync {
     /// Observes every requested service. Never fails as a whole: a failure is reported in
-    /// [`Observations::error`] with every service [`Freshness::Missing`].
-    fn observe<'a>(&'a self, requests: &'a [WindowRequest]) -> BoxFuture<'a, Observations>;
+    /// [`MetricsReading::error`] with every service [`Freshness::Missing`].
+    fn observe<'a>(&'a self, requests: &'a [WindowRequest]) -> BoxFuture<'a, MetricsReading>;
 
     /// Names the source for logs and conditions (`prometheus at https://...`).
     fn describe(&self) -> String;

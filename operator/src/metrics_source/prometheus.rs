@@ -7,7 +7,7 @@
 //! planner holds instead of acting on a partial picture.
 
 use super::queries::{self, Answers, Measure};
-use super::{MetricsError, MetricsSource, Observations, ServiceKey, WindowRequest};
+use super::{MetricsError, MetricsReading, MetricsSource, ServiceKey, WindowRequest};
 use futures::future::BoxFuture;
 use prometheus_http_query::Client;
 use prometheus_http_query::response::Data;
@@ -150,16 +150,16 @@ impl PrometheusSource {
     }
 
     /// Observes `requests` with every query evaluated at `at` (unix seconds).
-    pub async fn observe_at(&self, requests: &[WindowRequest], at: f64) -> Observations {
+    pub async fn observe_at(&self, requests: &[WindowRequest], at: f64) -> MetricsReading {
         match self.answers(requests, at).await {
-            Ok(answers) => Observations {
+            Ok(answers) => MetricsReading {
                 at,
                 services: queries::assemble(requests, &answers, at, self.config.staleness.as_secs_f64()),
                 error: None,
             },
             Err(error) => {
                 let reason = format!("metrics source failed: {error}");
-                Observations { at, services: queries::all_missing(requests, &reason), error: Some(error) }
+                MetricsReading { at, services: queries::all_missing(requests, &reason), error: Some(error) }
             }
         }
     }
@@ -233,7 +233,7 @@ impl PrometheusSource {
 }
 
 impl MetricsSource for PrometheusSource {
-    fn observe<'a>(&'a self, requests: &'a [WindowRequest]) -> BoxFuture<'a, Observations> {
+    fn observe<'a>(&'a self, requests: &'a [WindowRequest]) -> BoxFuture<'a, MetricsReading> {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         Box::pin(self.observe_at(requests, now))
     }

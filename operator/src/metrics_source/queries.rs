@@ -8,9 +8,10 @@
 use super::{ServiceKey, WindowRequest};
 use crate::planner::observation::SHORT_RATE_WINDOW;
 use crate::planner::{AppliedSettings, Freshness, Quantile, ServiceMetrics, Span};
+use pacer_engine_api::metrics as names;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The labels every query groups by (set by the scrape config's relabelling, `METRICS.md`).
+/// The labels every query groups by (set by the scrape config's relabelling, `docs/metrics.md`).
 pub const GROUP_LABELS: &str = "namespace, inferenceservice";
 
 /// The scrape job whose series the planner reads: `config/prometheus/prometheus.yaml`'s engine
@@ -26,11 +27,11 @@ fn engine(metric: &str) -> String {
 }
 
 /// vLLM's TTFT histogram (the engine exports the same name).
-pub const TTFT: &str = "vllm:time_to_first_token_seconds";
+pub const TTFT: &str = names::TTFT.name;
 /// vLLM's inter-token latency histogram.
-pub const ITL: &str = "vllm:inter_token_latency_seconds";
+pub const ITL: &str = names::ITL.name;
 /// vLLM's end-to-end request latency histogram.
-pub const E2E: &str = "vllm:e2e_request_latency_seconds";
+pub const E2E: &str = names::E2E.name;
 
 /// Which latency histogram a percentile or sample count is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -69,7 +70,7 @@ pub enum Measure {
         /// The window in milliseconds.
         window_ms: u64,
     },
-    /// Observations of a latency histogram in a window (`increase` of `_count`).
+    /// MetricsReading of a latency histogram in a window (`increase` of `_count`).
     Samples {
         /// Which histogram.
         latency: Latency,
@@ -186,48 +187,43 @@ pub fn promql(measure: Measure) -> String {
             duration(window_ms)
         ),
         Measure::RequestRate { window_ms } => {
-            format!("sum by ({g}) (rate({}[{}]))", engine("vllm:request_success_total"), duration(window_ms))
+            format!("sum by ({g}) (rate({}[{}]))", engine(names::REQUEST_SUCCESS.name), duration(window_ms))
         }
         Measure::PromptTokensQuantile { quantile_ppm, window_ms } => format!(
             "histogram_quantile({}, sum by ({g}, le) (rate({}[{}])))",
             quantile_text(quantile_ppm),
-            engine("vllm:request_prompt_tokens_bucket"),
+            engine(&format!("{}_bucket", names::PROMPT_LENGTH.name)),
             duration(window_ms)
         ),
         Measure::PromptTokenRate { window_ms } => {
-            format!("sum by ({g}) (rate({}[{}]))", engine("vllm:prompt_tokens_total"), duration(window_ms))
+            format!("sum by ({g}) (rate({}[{}]))", engine(names::PROMPT_TOKENS.name), duration(window_ms))
         }
         Measure::OutputTokenRate { window_ms } => {
-            format!(
-                "sum by ({g}) (rate({}[{}]))",
-                engine("vllm:generation_tokens_total"),
-                duration(window_ms)
-            )
+            format!("sum by ({g}) (rate({}[{}]))", engine(names::GENERATION_TOKENS.name), duration(window_ms))
         }
-        Measure::Running => format!("sum by ({g}) ({})", engine("vllm:num_requests_running")),
-        Measure::RunningMean { window_ms } => format!(
-            "sum by ({g}) (avg_over_time({}[{}]))",
-            engine("vllm:num_requests_running"),
-            duration(window_ms)
-        ),
-        Measure::Waiting => format!("sum by ({g}) ({})", engine("vllm:num_requests_waiting")),
+        Measure::Running => format!("sum by ({g}) ({})", engine(names::RUNNING.name)),
+        Measure::RunningMean { window_ms } => {
+            format!("sum by ({g}) (avg_over_time({}[{}]))", engine(names::RUNNING.name), duration(window_ms))
+        }
+        Measure::Waiting => format!("sum by ({g}) ({})", engine(names::WAITING.name)),
         Measure::QueuedPromptTokens => {
-            format!("sum by ({g}) ({})", engine("pacer_engine_queued_prompt_tokens"))
+            format!("sum by ({g}) ({})", engine(names::QUEUED_PROMPT_TOKENS.name))
         }
-        Measure::KvUsage => format!("avg by ({g}) ({})", engine("vllm:kv_cache_usage_perc")),
+        Measure::KvUsage => format!("avg by ({g}) ({})", engine(names::KV_USAGE.name)),
         // One series per scrape target (vLLM adds an `engine` label per engine core; a pod is
         // one target), counted per service. A target that stops answering gets staleness
         // markers, so it drops out here at the next scrape.
         Measure::Replicas => {
-            format!("count by ({g}) (max by ({g}, instance) ({}))", engine("vllm:num_requests_running"))
+            format!("count by ({g}) (max by ({g}, instance) ({}))", engine(names::RUNNING.name))
         }
         Measure::Applied { setting, greatest } => format!(
-            "{} by ({g}) (pacer_engine_setting{{job=\"{ENGINE_JOB}\",setting=\"{}\"}})",
+            "{} by ({g}) ({}{{job=\"{ENGINE_JOB}\",setting=\"{}\"}})",
             if greatest { "max" } else { "min" },
+            names::SETTING.name,
             setting.label()
         ),
         Measure::NewestSample => {
-            format!("max by ({g}) (timestamp({}))", engine("vllm:num_requests_running"))
+            format!("max by ({g}) (timestamp({}))", engine(names::RUNNING.name))
         }
     }
 }

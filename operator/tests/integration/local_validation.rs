@@ -14,7 +14,7 @@ use crate::common::cases::{invalid_cases, invalid_doc};
 use crate::common::{TestNs, repo_file};
 use kube::api::{DynamicObject, PostParams};
 use pacer_crds::InferenceService;
-use pacer_operator::local::admission::{self, ValidationError};
+use pacer_crds::admission::{self, ValidationError};
 use serde_json::Value;
 use std::collections::BTreeSet;
 

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use pacer_operator::planner::Tier;
 use pacer_operator::planner::profile::{EngineProfile, PROFILE_SCHEMA};
 use std::path::PathBuf;
 
@@ -51,10 +52,10 @@ fn every_committed_profile_reads_and_checks() {
         let one_row = p.step.step_seconds(1.0, 0.0, 256.0);
         assert!(one_row > 1e-4 && one_row < 1.0, "{name}: a one-row decode step takes {one_row} s");
         let q = p.quality.as_ref().unwrap_or_else(|| panic!("{name} has quality figures"));
-        assert_eq!(q.reference_tier, "f32");
+        assert_eq!(q.reference_tier, Tier::F32);
         assert!(q.tokens >= 400, "{name}: quality over the whole text");
         assert!((0.0..=1.0).contains(&q.top1_agreement) && q.mean_kl >= 0.0, "{name}: {q:?}");
-        if p.tier == "f32" {
+        if p.tier == Tier::F32 {
             assert_eq!((q.top1_agreement, q.mean_kl), (1.0, 0.0), "{name}: f32 against itself");
         }
     }

@@ -317,7 +317,7 @@ async fn a_recorded_vllm_exposition_reads_as_computed_by_hand() {
 /// extrapolation (the two targets are scraped at different instants).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_source_agrees_with_prometheus_on_the_same_engines() {
-    use pacer_operator::local::source::{LocalSource, Target as LocalTarget};
+    use pacer_local::source::{LocalSource, Target as LocalTarget};
     let _one = ONE_AT_A_TIME.lock().await;
 
     let logs = tempfile::tempdir().unwrap();
@@ -395,7 +395,7 @@ async fn the_local_source_agrees_with_prometheus_on_the_same_engines() {
     let requests = [request("team-a", "chat", window)];
     let (_, theirs) =
         source(&prometheus).observe(&requests).await.services[&ServiceKey::new("team-a", "chat")].clone();
-    let seen = local.observe(&requests).await;
+    let seen = local.observe(&requests);
     let (fresh, ours) = &seen.services[&ServiceKey::new("team-a", "chat")];
     assert_eq!(*fresh, Freshness::Fresh);
     scraper.abort();

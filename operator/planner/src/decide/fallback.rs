@@ -7,25 +7,36 @@ use super::super::choose::engine_config;
 use super::super::levers::Levers;
 use super::super::observation::Quantile;
 use super::super::{Decision, History, Reason, SlaState, correction_for, correction_key};
-use super::{HEADROOM, Tick, Verdict};
+use super::{HEADROOM, Round, Verdict};
 
-impl Tick<'_> {
+impl Round<'_> {
     /// The percentiles say violated and the model cannot say (no profile, no load figures) or
     /// says the configuration holds: after the scale-up stabilization, and once the last move
     /// has had half a window to show, raise the correction to what was observed and add a
     /// replica (or, at max replicas, the next faster tier when allowed).
     pub(super) fn reactive(&self, history: &mut History, verdict: Verdict, sla: SlaState) -> Decision {
-        let s = self.spec;
-        let cur = self.current;
         if sla != SlaState::Violated {
             // No model, and the SLA holds: shed by the smoothed ratios alone.
             return self.unprofiled_headroom(history, sla);
         }
         history.headroom_since = None;
+        if let Some(hold) = self.not_yet(history, verdict, sla) {
+            return hold;
+        }
+        // The model was optimistic here: learn it now, not after a whole window.
+        self.correct_to_observed(history);
+        self.add_capacity(history, verdict, sla)
+    }
+
+    /// Why a violation does not act yet: it has not lasted the scale-up stabilization, the last
+    /// scale-up is still starting, a rollout cools down, or the last move has not had a window
+    /// to show.
+    fn not_yet(&self, history: &mut History, verdict: Verdict, sla: SlaState) -> Option<Decision> {
+        let s = self.spec;
         let since = history.violating_since.unwrap_or(self.now);
         let pct = |r: f64| format!("{:.0}%", r * 100.0);
         if self.now - since < s.scale_up_stabilization {
-            return self.hold_with(
+            return Some(self.hold_with(
                 history,
                 Reason::Stabilizing,
                 format!(
@@ -35,10 +46,10 @@ impl Tick<'_> {
                     s.scale_up_stabilization
                 ),
                 sla,
-            );
+            ));
         }
         if let Some((target, _)) = history.pending_scale_up {
-            return self.hold_with(
+            return Some(self.hold_with(
                 history,
                 Reason::ScaleUpInProgress,
                 format!(
@@ -46,13 +57,13 @@ impl Tick<'_> {
                     self.obs.ready_replicas
                 ),
                 sla,
-            );
+            ));
         }
         if self.in_cooldown(history) {
-            return self.cooling(history, sla);
+            return Some(self.cooling(history, sla));
         }
         if self.still_for(history) < s.window {
-            return self.hold_with(
+            return Some(self.hold_with(
                 history,
                 Reason::Stabilizing,
                 format!(
@@ -62,24 +73,38 @@ impl Tick<'_> {
                     s.window
                 ),
                 sla,
-            );
+            ));
         }
-        // The model was optimistic here: learn it now, not after a whole window.
-        if let Some(load) = Workload::from_metrics(&self.obs.metrics) {
-            let config = engine_config(&cur, s);
-            if let Some(p) = self.model.predict(&config, cur.replicas, &load, s.quantile())
-                && p.stable()
-            {
-                let start = correction_for(history, &config);
-                let entry = history.correction.entry(correction_key(&config)).or_insert(start);
-                if let Some(o) = self.obs.metrics.ttft.seconds() {
-                    entry.ttft = entry.ttft.max((o / p.ttft.max(1e-9)).clamp(0.25, 4.0));
-                }
-                if let Some(o) = self.obs.metrics.itl.seconds() {
-                    entry.itl = entry.itl.max((o / p.itl.max(1e-9)).clamp(0.25, 4.0));
-                }
+        None
+    }
+
+    /// Raises the current configuration's correction to what was observed, where the model
+    /// predicted a stable queue.
+    fn correct_to_observed(&self, history: &mut History) {
+        let s = self.spec;
+        let cur = self.current;
+        let Some(load) = Workload::from_metrics(&self.obs.metrics) else { return };
+        let config = engine_config(&cur, s);
+        if let Some(p) = self.model.predict(&config, cur.replicas, &load, s.quantile())
+            && p.stable()
+        {
+            let start = correction_for(history, &config);
+            let entry = history.correction.entry(correction_key(&config)).or_insert(start);
+            if let Some(o) = self.obs.metrics.ttft.seconds() {
+                entry.ttft = entry.ttft.max((o / p.ttft.max(1e-9)).clamp(0.25, 4.0));
+            }
+            if let Some(o) = self.obs.metrics.itl.seconds() {
+                entry.itl = entry.itl.max((o / p.itl.max(1e-9)).clamp(0.25, 4.0));
             }
         }
+    }
+
+    /// One replica more, else (at max replicas) the next faster tier when allowed, else a hold
+    /// that says the planner is out of levers.
+    fn add_capacity(&self, history: &mut History, verdict: Verdict, sla: SlaState) -> Decision {
+        let s = self.spec;
+        let cur = self.current;
+        let pct = |r: f64| format!("{:.0}%", r * 100.0);
         let reason = if verdict.itl > verdict.ttft { Reason::ItlViolated } else { Reason::TtftViolated };
         if cur.replicas < s.max_replicas {
             let next = cur.replicas + 1;
@@ -185,44 +210,51 @@ impl Tick<'_> {
             );
         }
         if cur.replicas > s.min_replicas {
-            // A latency far under its target says little of the load a replica fewer would
-            // see (on a GPU the curve is flat until the queue builds): shed only while the
-            // rest would each carry no more than a replica has been seen carrying.
-            let peak = history
-                .recent_rates
-                .iter()
-                .map(|(_, r)| *r)
-                .chain(self.obs.metrics.request_rate)
-                .fold(0.0, f64::max);
-            let each = peak / f64::from(cur.replicas - 1);
-            let seen = history.carried.get(cur.tier.as_str()).copied().unwrap_or(0.0);
-            if each > seen * (1.0 + 1e-9) {
-                return self.finish(
-                    history,
-                    cur,
-                    Reason::SlaMet,
-                    format!(
-                        "the SLA holds with headroom, but {} replicas would each carry {each:.2} req/s, more than one has been seen carrying ({seen:.2})",
-                        cur.replicas - 1
-                    ),
-                    sla,
-                );
-            }
-            history.headroom_since = Some(self.now);
-            let next = cur.replicas - 1;
-            return self.finish(
-                history,
-                Levers { replicas: next, ..cur },
-                Reason::ReplicasShed,
-                format!("headroom for {:.0}s: replicas {} → {next}", self.now - since, cur.replicas),
-                sla,
-            );
+            return self.shed_unprofiled(history, since, sla);
         }
         self.finish(
             history,
             cur,
             Reason::SlaMet,
             "the SLA holds with headroom at the lowest cost allowed".into(),
+            sla,
+        )
+    }
+
+    /// Without a model, with headroom since `since`: one replica fewer, unless the rest would
+    /// each carry more than a replica has been seen carrying.
+    fn shed_unprofiled(&self, history: &mut History, since: f64, sla: SlaState) -> Decision {
+        let cur = self.current;
+        // A latency far under its target says little of the load a replica fewer would
+        // see (on a GPU the curve is flat until the queue builds): shed only while the
+        // rest would each carry no more than a replica has been seen carrying.
+        let peak = history
+            .recent_rates
+            .iter()
+            .map(|(_, r)| *r)
+            .chain(self.obs.metrics.request_rate)
+            .fold(0.0, f64::max);
+        let each = peak / f64::from(cur.replicas - 1);
+        let seen = history.carried.get(cur.tier.as_str()).copied().unwrap_or(0.0);
+        if each > seen * (1.0 + 1e-9) {
+            return self.finish(
+                history,
+                cur,
+                Reason::SlaMet,
+                format!(
+                    "the SLA holds with headroom, but {} replicas would each carry {each:.2} req/s, more than one has been seen carrying ({seen:.2})",
+                    cur.replicas - 1
+                ),
+                sla,
+            );
+        }
+        history.headroom_since = Some(self.now);
+        let next = cur.replicas - 1;
+        self.finish(
+            history,
+            Levers { replicas: next, ..cur },
+            Reason::ReplicasShed,
+            format!("headroom for {:.0}s: replicas {} → {next}", self.now - since, cur.replicas),
             sla,
         )
     }

@@ -4,9 +4,9 @@
 use super::super::capacity::Workload;
 use super::super::choose::engine_config;
 use super::super::{History, correction_for, correction_key};
-use super::{LEARNING_RATE, LEARNING_RATE_UP, Tick};
+use super::{LEARNING_RATE, LEARNING_RATE_UP, Round};
 
-impl Tick<'_> {
+impl Round<'_> {
     /// Adds this window's mean step to the online fit of the current tier when no profile covers
     /// it, every replica is ready and no rollout is under way (the window would mix two tiers).
     /// Returns whether the model needs the online fits (some allowed tier has no profile).
@@ -33,7 +33,7 @@ impl Tick<'_> {
         self.still_for(history) >= self.spec.window && self.obs.ready_replicas >= self.current.replicas
     }
 
-    /// On a [`Tick::settled`] window: updates the correction of the current configuration
+    /// On a [`Round::settled`] window: updates the correction of the current configuration
     /// (observed / predicted), then checks the online fit of the tier running, if it has one,
     /// against the window with that correction: the fit is used only while its corrected
     /// percentiles come near the measured ones ([`crate::online::StepFit::check`]).

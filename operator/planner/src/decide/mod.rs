@@ -39,9 +39,9 @@ pub use signals::{SHAPE_SMOOTHING, SHAPE_SMOOTHING_UP, due, note};
 
 use super::capacity::{CapacityModel, Workload};
 use super::choose::{self, Choice, engine_config};
-use super::forecast::{Forecast, RATE_WINDOW};
+use super::forecast::Forecast;
 use super::levers::{Direction, Lever, Levers};
-use super::observation::{Freshness, Observation, Quantile, Seconds};
+use super::observation::{Freshness, Observation, Quantile, Seconds, ServiceMetrics};
 use super::spec::PlannerSpec;
 use super::{Decision, History, Reason, SlaState, correction_for};
 
@@ -86,7 +86,7 @@ pub fn decide(
 ) -> Decision {
     let mut history = history.clone();
     history.evaluated_at = Some(now);
-    let mut tick = Tick { spec, model, obs: observation, current: *current, now };
+    let mut tick = Round { spec, model, obs: observation, current: *current, now };
     // A spec edit can leave the levers outside the new ranges; bring them back first.
     let clamped = tick.clamped();
     if clamped != *current {
@@ -99,20 +99,7 @@ pub fn decide(
             SlaState::Unknown,
         );
     }
-    // The last scale-up is done once its replicas are ready (or it has taken too long); how
-    // long it took is the horizon of the next forecasts.
-    if let Some((target, at)) = history.pending_scale_up {
-        if observation.ready_replicas >= target.min(current.replicas) {
-            let took = (now - at).max(spec.evaluation_interval);
-            history.pod_start = Some(match history.pod_start {
-                Some(p) => 0.5 * p + 0.5 * took,
-                None => took,
-            });
-            history.pending_scale_up = None;
-        } else if now - at > STARTING_TIMEOUT {
-            history.pending_scale_up = None;
-        }
-    }
+    settle_scale_up(&mut history, observation.ready_replicas, current.replicas, spec, now);
 
     match &observation.freshness {
         Freshness::Missing { reason } => {
@@ -137,17 +124,62 @@ pub fn decide(
     // once it is ready and has explained a still window (below).
     let learnt = tick.learn_steps(&mut history).then(|| model.with_online(&history.online, false));
     let tick = match &learnt {
-        Some(m) => Tick { model: m, spec, obs: observation, current: tick.current, now },
+        Some(m) => Round { model: m, spec, obs: observation, current: tick.current, now },
         None => tick,
     };
 
-    let m = &observation.metrics;
+    let Some((verdict, sla)) = judge(&mut history, &observation.metrics, spec, now) else {
+        return tick.idle_or_blind(&mut history);
+    };
+    tick.learn(&mut history);
+    let checked = learnt.as_ref().map(|_| model.with_online(&history.online, true));
+    let tick = match &checked {
+        Some(m) => Round { model: m, ..tick },
+        None => tick,
+    };
+    signals::remember(observation, &mut history, spec.scale_down_stabilization, now);
+    if sla == SlaState::Met {
+        signals::carried(observation, tick.current, &mut history);
+    }
+
+    match tick.plan(&history, growth) {
+        Some(plan) => tick.act(&mut history, &plan, verdict, sla),
+        None => tick.reactive(&mut history, verdict, sla),
+    }
+}
+
+/// Ends the last scale-up once its replicas are ready (or it has taken too long); how long it
+/// took is the horizon of the next forecasts.
+fn settle_scale_up(history: &mut History, ready: i32, replicas: i32, spec: &PlannerSpec, now: Seconds) {
+    if let Some((target, at)) = history.pending_scale_up {
+        if ready >= target.min(replicas) {
+            let took = (now - at).max(spec.evaluation_interval);
+            history.pod_start = Some(match history.pod_start {
+                Some(p) => 0.5 * p + 0.5 * took,
+                None => took,
+            });
+            history.pending_scale_up = None;
+        } else if now - at > STARTING_TIMEOUT {
+            history.pending_scale_up = None;
+        }
+    }
+}
+
+/// The verdict of the windowed percentiles against the targets, with the smoothed ratios and
+/// the violation's start kept in `history`; `None` (and `history` untouched) when neither TTFT
+/// nor ITL has a percentile.
+fn judge(
+    history: &mut History,
+    m: &ServiceMetrics,
+    spec: &PlannerSpec,
+    now: Seconds,
+) -> Option<(Verdict, SlaState)> {
     let ratio = |q: &Quantile, target: Option<f64>| Some(q.seconds()? / target?);
     let raw_ttft = ratio(&m.ttft, Some(spec.ttft_target));
     let raw_itl = ratio(&m.itl, Some(spec.itl_target));
     let raw_e2e = ratio(&m.e2e, spec.e2e_target);
     if raw_ttft.is_none() && raw_itl.is_none() {
-        return tick.idle_or_blind(&mut history);
+        return None;
     }
     let smooth = |prev: Option<f64>, raw: Option<f64>| match (prev, raw) {
         (Some(p), Some(r)) => Some(SMOOTHING * r + (1.0 - SMOOTHING) * p),
@@ -164,21 +196,7 @@ pub fn decide(
     } else {
         history.violating_since = None;
     }
-    tick.learn(&mut history);
-    let checked = learnt.as_ref().map(|_| model.with_online(&history.online, true));
-    let tick = match &checked {
-        Some(m) => Tick { model: m, ..tick },
-        None => tick,
-    };
-    signals::remember(observation, &mut history, spec.scale_down_stabilization, now);
-    if sla == SlaState::Met {
-        signals::carried(observation, tick.current, &mut history);
-    }
-
-    match tick.plan(&history, growth) {
-        Some(plan) => tick.act(&mut history, &plan, verdict, sla),
-        None => tick.reactive(&mut history, verdict, sla),
-    }
+    Some((verdict, sla))
 }
 
 /// The windowed percentiles over their targets (E2E counts with TTFT).
@@ -212,7 +230,7 @@ struct Plan {
 }
 
 /// The inputs of one tick, and the steps as methods over them.
-struct Tick<'a> {
+struct Round<'a> {
     spec: &'a PlannerSpec,
     model: &'a CapacityModel,
     obs: &'a Observation,
@@ -220,7 +238,7 @@ struct Tick<'a> {
     now: Seconds,
 }
 
-impl Tick<'_> {
+impl Round<'_> {
     fn clamped(&self) -> Levers {
         let s = self.spec;
         let tier = if s.tier_rank(self.current.tier).is_some()
@@ -245,7 +263,7 @@ impl Tick<'_> {
     }
 
     fn rate_window(&self) -> Seconds {
-        RATE_WINDOW.min(self.spec.window)
+        self.spec.rate_window()
     }
 
     fn horizon(&self, history: &History) -> Seconds {
@@ -364,98 +382,23 @@ impl Tick<'_> {
             return self.scale_up(history, plan, &want.levers, verdict, sla);
         }
         // 2. The warm-up cover is given back once the new replicas are ready.
-        if let Some((batch, budget)) = history.cover
-            && history.pending_scale_up.is_none()
-        {
-            history.cover = None;
-            let back = Levers { max_batch_size: batch, max_num_batched_tokens: budget, ..cur };
-            if back != cur {
-                return self.finish(
-                    history,
-                    back,
-                    Reason::BatchRestored,
-                    format!(
-                        "the replicas are ready: batch settings back to {batch} sequences, {budget} tokens per step"
-                    ),
-                    sla,
-                );
-            }
+        if let Some(d) = self.end_cover(history, sla) {
+            return d;
         }
         let current_holds = f64::from(cur.replicas) * plan.current_capacity >= plan.need_up;
         // 3. The replicas suffice but the current settings do not hold: the same replicas with
         //    other batch settings, or (never as a fast lever) a faster tier.
-        if !current_holds && holds && want.levers.replicas <= cur.replicas {
-            let target = Levers { replicas: cur.replicas, ..want.levers };
-            if target.tier != cur.tier {
-                if self.in_cooldown(history) {
-                    return self.cooling(history, sla);
-                }
-                let degrading = self.spec.tier_rank(target.tier) > self.spec.tier_rank(cur.tier);
-                if degrading && !self.sustained_overload(history, plan) {
-                    return self.waiting_to_degrade(history, plan, sla);
-                }
-                let reason = if degrading { Reason::DegradedForLatency } else { Reason::PrecisionRestored };
-                return self.tier_move(history, plan, target, reason, sla);
-            }
-            if target != cur {
-                if self.spec.batch_rolls && self.in_cooldown(history) {
-                    return self.cooling(history, sla);
-                }
-                let reason = self.up_reason(plan, history, verdict, sla);
-                let what = self.predicted(plan, history, &target);
-                return self.finish(
-                    history,
-                    target,
-                    reason,
-                    format!(
-                        "{what}: batch settings {}/{} → {}/{} (sequences/tokens per step){}",
-                        cur.max_batch_size,
-                        cur.max_num_batched_tokens,
-                        target.max_batch_size,
-                        target.max_num_batched_tokens,
-                        self.rolled()
-                    ),
-                    sla,
-                );
-            }
+        if !current_holds
+            && holds
+            && want.levers.replicas <= cur.replicas
+            && let Some(d) = self.resettle(history, plan, &want.levers, verdict, sla)
+        {
+            return d;
         }
         // 4. Nothing within the ranges holds: at max replicas, the fastest tier the spec
         //    allows, else say so.
         if !holds {
-            if want.levers.tier != cur.tier
-                && self.spec.tier_rank(want.levers.tier) > self.spec.tier_rank(cur.tier)
-                && !self.in_cooldown(history)
-                && self.sustained_overload(history, plan)
-            {
-                let target = Levers { tier: want.levers.tier, ..cur };
-                return self.tier_move(history, plan, target, Reason::DegradedForLatency, sla);
-            }
-            let fast = Levers { replicas: cur.replicas, tier: cur.tier, ..want.levers };
-            // Where batch settings roll the pods this is no fast lever: a rollout that cannot
-            // make the configuration hold only takes replicas out of service while it runs.
-            if fast != cur && !current_holds && !self.spec.batch_rolls {
-                let what = self.predicted(plan, history, &fast);
-                return self.finish(history, fast, self.up_reason(plan, history, verdict, sla), format!(
-                    "{what}: no configuration within the spec's ranges is predicted to hold; the batch settings predicted to come closest{}",
-                    self.rolled()
-                ), sla);
-            }
-            if sla != SlaState::Violated {
-                // Short of the margin everywhere, but holding: more replicas would not help
-                // (the model says so), so they may also be given back.
-                return self.headroom(history, plan, sla);
-            }
-            let mut d = self.hold_with(
-                history,
-                Reason::AtMaxReplicas,
-                format!(
-                    "no configuration the spec allows is predicted to hold forecast {:.2} req/s; running the one predicted to come closest ({} replicas)",
-                    plan.forecast.up, cur.replicas
-                ),
-                sla,
-            );
-            d.scaling_limited = cur.replicas >= self.spec.max_replicas;
-            return d;
+            return self.nothing_holds(history, plan, &want.levers, current_holds, verdict, sla);
         }
         // 5. The model says the configuration holds, the percentiles say it does not.
         if sla == SlaState::Violated {
@@ -464,6 +407,121 @@ impl Tick<'_> {
         // 6. Headroom: precision first, then replicas; batch settings the rule chose stay (a
         //    move back to the initial ones is a change that buys nothing the rule asked for).
         self.headroom(history, plan, sla)
+    }
+
+    /// The batch settings a warm-up cover tightened, back once the new replicas are ready.
+    fn end_cover(&self, history: &mut History, sla: SlaState) -> Option<Decision> {
+        let cur = self.current;
+        let (batch, budget) = history.cover?;
+        if history.pending_scale_up.is_some() {
+            return None;
+        }
+        history.cover = None;
+        let back = Levers { max_batch_size: batch, max_num_batched_tokens: budget, ..cur };
+        (back != cur).then(|| {
+            self.finish(
+                history,
+                back,
+                Reason::BatchRestored,
+                format!("the replicas are ready: batch settings back to {batch} sequences, {budget} tokens per step"),
+                sla,
+            )
+        })
+    }
+
+    /// The same replicas at the chosen configuration's batch settings or tier, when that moves
+    /// anything.
+    fn resettle(
+        &self,
+        history: &mut History,
+        plan: &Plan,
+        want: &Levers,
+        verdict: Verdict,
+        sla: SlaState,
+    ) -> Option<Decision> {
+        let cur = self.current;
+        let target = Levers { replicas: cur.replicas, ..*want };
+        if target.tier != cur.tier {
+            if self.in_cooldown(history) {
+                return Some(self.cooling(history, sla));
+            }
+            let degrading = self.spec.tier_rank(target.tier) > self.spec.tier_rank(cur.tier);
+            if degrading && !self.sustained_overload(history, plan) {
+                return Some(self.waiting_to_degrade(history, plan, sla));
+            }
+            let reason = if degrading { Reason::DegradedForLatency } else { Reason::PrecisionRestored };
+            return Some(self.tier_move(history, plan, target, reason, sla));
+        }
+        if target == cur {
+            return None;
+        }
+        if self.spec.batch_rolls && self.in_cooldown(history) {
+            return Some(self.cooling(history, sla));
+        }
+        let reason = self.up_reason(plan, history, verdict, sla);
+        let what = self.predicted(plan, history, &target);
+        Some(self.finish(
+            history,
+            target,
+            reason,
+            format!(
+                "{what}: batch settings {}/{} → {}/{} (sequences/tokens per step){}",
+                cur.max_batch_size,
+                cur.max_num_batched_tokens,
+                target.max_batch_size,
+                target.max_num_batched_tokens,
+                self.rolled()
+            ),
+            sla,
+        ))
+    }
+
+    /// No configuration within the ranges is predicted to hold: the fastest tier the spec
+    /// allows, else the batch settings predicted to come closest, else a hold that says so.
+    fn nothing_holds(
+        &self,
+        history: &mut History,
+        plan: &Plan,
+        want: &Levers,
+        current_holds: bool,
+        verdict: Verdict,
+        sla: SlaState,
+    ) -> Decision {
+        let cur = self.current;
+        if want.tier != cur.tier
+            && self.spec.tier_rank(want.tier) > self.spec.tier_rank(cur.tier)
+            && !self.in_cooldown(history)
+            && self.sustained_overload(history, plan)
+        {
+            let target = Levers { tier: want.tier, ..cur };
+            return self.tier_move(history, plan, target, Reason::DegradedForLatency, sla);
+        }
+        let fast = Levers { replicas: cur.replicas, tier: cur.tier, ..*want };
+        // Where batch settings roll the pods this is no fast lever: a rollout that cannot
+        // make the configuration hold only takes replicas out of service while it runs.
+        if fast != cur && !current_holds && !self.spec.batch_rolls {
+            let what = self.predicted(plan, history, &fast);
+            return self.finish(history, fast, self.up_reason(plan, history, verdict, sla), format!(
+                "{what}: no configuration within the spec's ranges is predicted to hold; the batch settings predicted to come closest{}",
+                self.rolled()
+            ), sla);
+        }
+        if sla != SlaState::Violated {
+            // Short of the margin everywhere, but holding: more replicas would not help
+            // (the model says so), so they may also be given back.
+            return self.headroom(history, plan, sla);
+        }
+        let mut d = self.hold_with(
+            history,
+            Reason::AtMaxReplicas,
+            format!(
+                "no configuration the spec allows is predicted to hold forecast {:.2} req/s; running the one predicted to come closest ({} replicas)",
+                plan.forecast.up, cur.replicas
+            ),
+            sla,
+        );
+        d.scaling_limited = cur.replicas >= self.spec.max_replicas;
+        d
     }
 
     /// More replicas, with the batch settings the chosen configuration runs at (the tier moves

@@ -1,5 +1,5 @@
 //! Local mode's metrics source: it scrapes every replica's `/metrics` itself, keeps a ring of
-//! timestamped scrapes per replica, and answers [`MetricsSource::observe`] with the maths of
+//! timestamped scrapes per replica, and answers [`LocalSource::observe`] with the maths of
 //! `histogram_quantile(q, sum by (le) (rate(h_bucket[w])))` over all replicas: per replica the
 //! bucket increase over the window (a restart counts from zero, as `increase` does), summed by
 //! `le`, then PromQL's interpolation ([`histogram`]). Sample counts are the `_count` increase;
@@ -10,29 +10,25 @@
 //! start), so its first requests are not lost before its first scrape; a replica that is gone
 //! keeps counting until its scrapes leave the window, as its series do in Prometheus.
 
-use crate::metrics_source::histogram::{Exposition, Histogram};
-use crate::metrics_source::{MetricsSource, Observations, ServiceKey, WindowRequest};
-use crate::planner::observation::SHORT_RATE_WINDOW;
-use crate::planner::{Freshness, Quantile, ServiceMetrics};
-use futures::future::BoxFuture;
+use pacer_engine_api::metrics as names;
+use pacer_planner::histogram::{Exposition, Histogram};
+use pacer_planner::observation::SHORT_RATE_WINDOW;
+use pacer_planner::observation::{ServiceKey, WindowRequest};
+use pacer_planner::{Freshness, Quantile, ServiceMetrics};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// vLLM's histograms the planner reads: the three latencies in the order of
 /// [`ServiceMetrics`], then prompt lengths.
-pub const LATENCIES: [&str; 4] = [
-    "vllm:time_to_first_token_seconds",
-    "vllm:inter_token_latency_seconds",
-    "vllm:e2e_request_latency_seconds",
-    "vllm:request_prompt_tokens",
-];
+pub const LATENCIES: [&str; 4] =
+    [names::TTFT.name, names::ITL.name, names::E2E.name, names::PROMPT_LENGTH.name];
 /// Finished requests, by `finished_reason`.
-pub const REQUESTS: &str = "vllm:request_success_total";
+pub const REQUESTS: &str = names::REQUEST_SUCCESS.name;
 /// Prompt tokens processed.
-pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
+pub const PROMPT_TOKENS: &str = names::PROMPT_TOKENS.name;
 /// Tokens generated.
-pub const OUTPUT_TOKENS: &str = "vllm:generation_tokens_total";
+pub const OUTPUT_TOKENS: &str = names::GENERATION_TOKENS.name;
 
 /// What one scrape of one replica kept: the three histograms, three counters, three gauges.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,10 +56,10 @@ impl Scrape {
             at,
             latencies: LATENCIES.map(|name| e.histogram(name, &[])),
             counters: [REQUESTS, PROMPT_TOKENS, OUTPUT_TOKENS].map(|name| e.sum(name, &[])),
-            running: e.sum("vllm:num_requests_running", &[]),
-            waiting: e.sum("vllm:num_requests_waiting", &[]),
-            queued_prompt_tokens: e.sum("pacer_engine_queued_prompt_tokens", &[]),
-            kv_usage: e.sum("vllm:kv_cache_usage_perc", &[]),
+            running: e.sum(names::RUNNING.name, &[]),
+            waiting: e.sum(names::WAITING.name, &[]),
+            queued_prompt_tokens: e.sum(names::QUEUED_PROMPT_TOKENS.name, &[]),
+            kv_usage: e.sum(names::KV_USAGE.name, &[]),
         }
     }
 
@@ -303,7 +299,7 @@ pub struct Target {
     pub url: String,
 }
 
-/// The local source: a ring fed by [`LocalSource::scrape`], read by [`MetricsSource::observe`].
+/// The local source: a ring fed by [`LocalSource::scrape`], read by [`LocalSource::observe`].
 pub struct LocalSource {
     service: ServiceKey,
     ring: Mutex<Ring>,
@@ -358,33 +354,39 @@ impl LocalSource {
     }
 }
 
-impl MetricsSource for LocalSource {
-    fn observe<'a>(&'a self, requests: &'a [WindowRequest]) -> BoxFuture<'a, Observations> {
-        Box::pin(async move {
-            let now = (self.clock)();
-            let ring = self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-            let stale_after = 3.0 * self.interval.as_secs_f64();
-            let services = requests
-                .iter()
-                .map(|r| {
-                    let w = ring.windowed(now, r.quantile, r.window, r.rate_window);
-                    let freshness = match w.newest {
-                        _ if r.service != self.service => {
-                            Freshness::Missing { reason: format!("local mode runs {} only", self.service) }
-                        }
-                        None => Freshness::Missing { reason: "no replica has been scraped yet".into() },
-                        Some(at) if now - at > stale_after => Freshness::Stale { age: now - at },
-                        Some(_) => Freshness::Fresh,
-                    };
-                    (r.service.clone(), (freshness, w.metrics))
-                })
-                .collect();
-            Observations { at: now, services, error: None }
-        })
-    }
+/// What one observation saw of every requested service.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    /// When the metrics were evaluated, unix seconds.
+    pub at: f64,
+    /// Every requested service: its freshness and metrics. Another service than the one local
+    /// mode runs, or one with no scrape yet, is [`Freshness::Missing`], so the planner holds.
+    pub services: BTreeMap<ServiceKey, (Freshness, ServiceMetrics)>,
+}
 
-    fn describe(&self) -> String {
-        "the local scraper".into()
+impl LocalSource {
+    /// Observes every requested service from the scrapes kept, with the maths of PromQL's
+    /// `histogram_quantile(rate(...))`.
+    pub fn observe(&self, requests: &[WindowRequest]) -> Reading {
+        let now = (self.clock)();
+        let ring = self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let stale_after = 3.0 * self.interval.as_secs_f64();
+        let services = requests
+            .iter()
+            .map(|r| {
+                let w = ring.windowed(now, r.quantile, r.window, r.rate_window);
+                let freshness = match w.newest {
+                    _ if r.service != self.service => {
+                        Freshness::Missing { reason: format!("local mode runs {} only", self.service) }
+                    }
+                    None => Freshness::Missing { reason: "no replica has been scraped yet".into() },
+                    Some(at) if now - at > stale_after => Freshness::Stale { age: now - at },
+                    Some(_) => Freshness::Fresh,
+                };
+                (r.service.clone(), (freshness, w.metrics))
+            })
+            .collect();
+        Reading { at: now, services }
     }
 }
 

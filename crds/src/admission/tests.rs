@@ -46,9 +46,9 @@ fn defaults_are_filled_as_the_schema_says() {
     assert_eq!(s.sla.window, "5m");
     assert_eq!(s.replicas.min, 1);
     assert_eq!(s.batching.max_batch_size.initial, 8);
-    assert_eq!(s.quantization.allowed_tiers, vec![pacer_crds::Tier::Native]);
+    assert_eq!(s.quantization.allowed_tiers, vec![crate::Tier::Native]);
     assert_eq!(s.policy.evaluation_interval, "30s");
-    assert_eq!(s.engine.image(), pacer_crds::DEFAULT_ENGINE_IMAGE);
+    assert_eq!(s.engine.image(), crate::DEFAULT_ENGINE_IMAGE);
     assert!(v.warnings.is_empty());
 }
 

@@ -1,6 +1,6 @@
 //! Non-negative least squares over a handful of terms, through the normal equations: the step
 //! models' one fitting method, used by `pacer-engine profile` (on measured steps) and by
-//! [`crate::online`] (on the metrics' mean steps).
+//! the planner's online step models (on the metrics' mean steps).
 //!
 //! With few coefficients the exact non-negative optimum is found by solving the unconstrained
 //! problem on every subset of them (the rest held at 0) and keeping the best feasible one: the

@@ -58,7 +58,7 @@ pub fn bucket_of(bounds: &[f64], target: f64) -> (f64, f64) {
 mod tests {
     #[test]
     fn vllms_bounds_are_the_recorded_expositions() {
-        let recorded = include_str!("../../tests/data/vllm-metrics.txt");
+        let recorded = include_str!("../../../operator/tests/data/vllm-metrics.txt");
         let bounds = |name: &str| -> Vec<f64> {
             recorded
                 .lines()

@@ -2,7 +2,7 @@
 //! and ITL against targets, request rate, replicas, tier, batch, the last decision and why);
 //! otherwise one plain line per evaluation.
 
-use crate::planner::{Decision, Levers, Observation, Quantile};
+use pacer_planner::{Decision, Levers, Observation, Quantile};
 use std::io::Write;
 
 /// The live view.

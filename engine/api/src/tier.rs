@@ -1,6 +1,6 @@
 //! The quantization tiers of the engine's weights: the names `pacer-engine --tier`, engine
-//! profiles and the InferenceService API (`quantization.allowedTiers`) all use. The API crate
-//! re-exports this type, so there is one list of tiers.
+//! profiles and the InferenceService API (`quantization.allowedTiers`) all use: one list of
+//! tiers for the engine, the planner and the CRD.
 //!
 //! Two runtimes name their tiers apart: `pacer-engine` derives `f32`, `q8_0`, `native` and
 //! `q4_0` from one GGUF file; a vLLM deployment runs one model variant per precision class
@@ -90,6 +90,40 @@ impl Tier {
     pub fn named(name: &str) -> Option<Tier> {
         Tier::ALL.into_iter().find(|t| t.as_str() == name)
     }
+
+    /// Whether `pacer-engine` loads this tier (else it is a vLLM precision class).
+    pub fn is_pacer(self) -> bool {
+        Tier::PACER.contains(&self)
+    }
+
+    /// The `pacer-engine` tier of that name (any case), or a message that lists them: what
+    /// `pacer-engine --tier` accepts.
+    pub fn parse_pacer(name: &str) -> Result<Tier, String> {
+        let tier: Tier = name.parse()?;
+        if tier.is_pacer() {
+            Ok(tier)
+        } else {
+            Err(format!(
+                "tier `{name}` is a vLLM precision class; pacer-engine loads {}",
+                names(&Tier::PACER)
+            ))
+        }
+    }
+}
+
+fn names(tiers: &[Tier]) -> String {
+    tiers.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+impl std::str::FromStr for Tier {
+    type Err = String;
+    /// Any tier by name, in any case.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Tier::ALL
+            .into_iter()
+            .find(|t| t.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown tier `{s}` (expected one of {})", names(&Tier::ALL)))
+    }
 }
 
 impl std::fmt::Display for Tier {
@@ -110,6 +144,16 @@ mod tests {
             assert_eq!(Tier::named(tier.as_str()), Some(tier));
         }
         assert_eq!(Tier::named("q5_k"), None);
+    }
+
+    #[test]
+    fn names_parse_in_any_case_and_pacer_engine_takes_its_own() {
+        for tier in Tier::ALL {
+            assert_eq!(tier.as_str().to_uppercase().parse::<Tier>(), Ok(tier));
+        }
+        assert!("q4_k".parse::<Tier>().expect_err("no such tier").contains("unknown tier"));
+        assert_eq!(Tier::parse_pacer("native"), Ok(Tier::Native));
+        assert!(Tier::parse_pacer("bf16").expect_err("vLLM's").contains("pacer-engine loads f32"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `t = base + per_decode_row·rows + per_prefill_token·prefill + per_context_token·context`,
 //! where `context` is the sum over decode rows of the tokens each attends to.
 
+use crate::Tier;
 use serde::{Deserialize, Serialize};
 
 /// The profile format version this code reads.
@@ -19,7 +20,7 @@ pub struct EngineProfile {
     /// The GGUF file's name.
     pub model: String,
     /// The tier (`pacer-engine --tier`).
-    pub tier: String,
+    pub tier: Tier,
     /// Compute threads the engine ran with.
     pub threads: u32,
     /// The CPU (or GPU) the figures were measured on.
@@ -88,7 +89,7 @@ pub struct StepSample {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Quality {
     /// The tier compared against.
-    pub reference_tier: String,
+    pub reference_tier: Tier,
     /// Tokens compared.
     pub tokens: u32,
     /// Share of positions where both tiers' most likely next token agree.

@@ -1,4 +1,4 @@
-//! Local-mode manifests checked with the CRD's own rules: a manifest is accepted exactly when the
+//! Manifests checked with the CRD's own rules, off any cluster (local mode checks its config so): a manifest is accepted exactly when the
 //! API server would accept it on create, with the schema defaults filled in as the API server
 //! stores them, or refused with every violation in the API server's wording
 //! (`InferenceService.serving.pacer.dev "x" is invalid: spec.sla.window: Invalid value: "10s":
@@ -24,8 +24,8 @@ pub use self::quantity::{Quantity, QuantityError};
 pub use self::schema::SchemaError;
 pub use self::url::{Url, UrlError};
 
+use crate::InferenceService;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use pacer_crds::InferenceService;
 use schema::Node;
 use serde_json::Value;
 use std::sync::OnceLock;
@@ -97,7 +97,7 @@ impl Validator {
         VALIDATOR
             .get_or_init(|| {
                 use kube::CustomResourceExt;
-                Validator::new(&InferenceService::crd(), pacer_crds::VERSION).map_err(|e| e.to_string())
+                Validator::new(&InferenceService::crd(), crate::VERSION).map_err(|e| e.to_string())
             })
             .as_ref()
             .map_err(|e| ValidationError::Schema(e.clone()))

@@ -1,9 +1,9 @@
-//! The observer: one task asks the metrics source, once per tick, about every InferenceService
+//! The metrics poller: one task asks the metrics source, once per tick, about every InferenceService
 //! the controller knows, and keeps the answer for reconciles to read. Reconciles never query
 //! the source themselves, so the number of queries per tick does not grow with the number of
 //! InferenceServices (one per metric per distinct percentile and window).
 
-use crate::metrics_source::{MetricsSource, Observations, ServiceKey, WindowRequest};
+use crate::metrics_source::{MetricsReading, MetricsSource, ServiceKey, WindowRequest};
 use crate::planner::{Freshness, ServiceMetrics};
 use crate::telemetry::Metrics;
 use kube::ResourceExt;
@@ -12,21 +12,17 @@ use pacer_crds::{InferenceService, parse_duration};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// The window request and token rates are computed over: short enough to see a load step
-/// within a minute, long enough for several scrapes (at most the SLA window).
-pub const RATE_WINDOW: f64 = 60.0;
-
 /// Runs the metrics source on a tick and keeps its latest answer.
-pub struct Observer {
+pub struct MetricsPoller {
     source: Arc<dyn MetricsSource>,
     tick: Duration,
-    latest: RwLock<Option<Arc<Observations>>>,
+    latest: RwLock<Option<Arc<MetricsReading>>>,
 }
 
-impl Observer {
-    /// An observer of `source` that asks it every `tick`.
-    pub fn new(source: Arc<dyn MetricsSource>, tick: Duration) -> Arc<Observer> {
-        Arc::new(Observer { source, tick, latest: RwLock::new(None) })
+impl MetricsPoller {
+    /// A poller of `source` that asks it every `tick`.
+    pub fn new(source: Arc<dyn MetricsSource>, tick: Duration) -> Arc<MetricsPoller> {
+        Arc::new(MetricsPoller { source, tick, latest: RwLock::new(None) })
     }
 
     /// How often the source is asked.
@@ -44,12 +40,13 @@ impl Observer {
         isvcs
             .iter()
             .filter_map(|isvc| {
-                let window = parse_duration(&isvc.spec.sla.window)?.as_secs_f64();
+                parse_duration(&isvc.spec.sla.window)?;
+                let spec = isvc.spec.planner_spec();
                 Some(WindowRequest {
                     service: ServiceKey::new(isvc.namespace()?, isvc.name_any()),
-                    quantile: isvc.spec.sla.percentile / 100.0,
-                    window,
-                    rate_window: RATE_WINDOW.min(window),
+                    quantile: spec.quantile(),
+                    window: spec.window,
+                    rate_window: spec.rate_window(),
                 })
             })
             .collect()
@@ -59,7 +56,7 @@ impl Observer {
     /// answer.
     pub async fn tick(&self, stores: &[Store<InferenceService>], metrics: &Metrics) {
         let isvcs: Vec<_> = stores.iter().flat_map(Store::state).collect();
-        let requests = Observer::requests(&isvcs);
+        let requests = MetricsPoller::requests(&isvcs);
         let observations = self.source.observe(&requests).await;
         if let Some(e) = &observations.error {
             tracing::warn!(error = %e, source = %self.source.describe(), "observing the SLA metrics failed; the planner holds");
@@ -81,7 +78,7 @@ impl Observer {
     }
 
     /// The latest metrics of `service` as seen at `now` (unix seconds): missing before the first
-    /// tick, stale when the last tick is older than three ticks (the observer is stuck).
+    /// tick, stale when the last tick is older than three ticks (the poller is stuck).
     pub fn metrics_of(&self, service: &ServiceKey, now: f64) -> (f64, Freshness, ServiceMetrics) {
         let latest = self.latest.read().ok().and_then(|l| l.clone());
         let Some(obs) = latest else {

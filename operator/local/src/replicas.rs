@@ -12,10 +12,10 @@
 //! `setpriv --pdeathsig KILL`, so even a crashed or killed operator leaves no engine behind.
 
 use super::router::{Backend, Pool};
-use crate::planner::Levers;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use pacer_crds::Tier;
+use pacer_planner::Levers;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use tokio::process::{Child, Command};
 
 /// How replicas are started.
 #[derive(Debug, Clone)]
-pub struct EngineConfig {
+pub struct ReplicaConfig {
     /// The `pacer-engine` executable.
     pub engine: PathBuf,
     /// The GGUF model.
@@ -44,8 +44,8 @@ pub struct EngineConfig {
     /// Seconds a drain may take (the engine's `--drain-timeout`, and the router's wait).
     pub drain_timeout: Duration,
     /// The engine settings the spec fixes: ITL budget and prompt hold
-    /// ([`crate::build::fixed_settings`]).
-    pub fixed: crate::build::FixedSettings,
+    /// ([`pacer_crds::settings::fixed_settings`]).
+    pub fixed: pacer_crds::settings::FixedSettings,
 }
 
 /// Where a replica is in its life.
@@ -149,7 +149,7 @@ pub enum SupervisorError {
 
 /// The replicas and their convergence on the levers.
 pub struct Supervisor {
-    config: EngineConfig,
+    config: ReplicaConfig,
     pool: Arc<Pool>,
     http: reqwest::Client,
     target: Levers,
@@ -163,7 +163,7 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// A supervisor of no replicas yet, at `initial` levers; replicas start on the first tick.
-    pub fn new(config: EngineConfig, pool: Arc<Pool>, initial: Levers) -> Supervisor {
+    pub fn new(config: ReplicaConfig, pool: Arc<Pool>, initial: Levers) -> Supervisor {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()
@@ -232,7 +232,7 @@ impl Supervisor {
     /// Writes the batch settings when they changed: a temp file renamed over the old one, so
     /// an engine never reads half a document.
     fn write_settings(&mut self) -> Result<(), SupervisorError> {
-        let wanted = crate::build::settings_json(&self.target, &self.config.fixed);
+        let wanted = pacer_crds::settings::settings_json(&self.target, &self.config.fixed);
         if self.written.as_ref() == Some(&wanted) {
             return Ok(());
         }

@@ -4,15 +4,15 @@
 //! the decisions marked.
 
 use super::load::Profile;
-use crate::planner::{Decision, Levers, Observation};
 use pacer_bench::metrics::{RequestRecord, percentile};
+use pacer_planner::{Decision, Levers, Observation};
 use plotters::prelude::*;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// One evaluation of the planner.
 #[derive(Debug, Clone, Serialize)]
-pub struct Tick {
+pub struct EvaluationRow {
     /// Seconds since the run started.
     pub t: f64,
     /// What the planner saw.
@@ -117,7 +117,7 @@ pub struct Report {
     /// Seconds from the run's start to the load's start.
     pub load_started_at: Option<f64>,
     /// Every evaluation.
-    pub ticks: Vec<Tick>,
+    pub ticks: Vec<EvaluationRow>,
     /// Client-side minutes.
     pub client_windows: Vec<ClientWindow>,
     /// Requests sent, and of which failed.
@@ -151,75 +151,92 @@ fn err<E: std::fmt::Display>(e: E) -> String {
 /// targets; replicas (decided and ready) with the decisions that moved a lever marked; the
 /// batch size with the tier written where it changes.
 fn timeline(path: &Path, r: &Report) -> Result<(), String> {
-    let minutes = |t: f64| t / 60.0;
-    let offset = r.load_started_at.unwrap_or(0.0);
-    let x_max = r.ticks.last().map_or(1.0, |t| minutes(t.t)).max(1.0);
     let root = SVGBackend::new(path, (1100, 1000)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let panels = root.split_evenly((4, 1));
-    let font = ("sans-serif", 16);
-    let top = |v: &mut dyn Iterator<Item = f64>, floor: f64| {
-        v.filter(|x| x.is_finite()).fold(floor, f64::max) * 1.15
-    };
-
+    let x_max = r.ticks.last().map_or(1.0, |t| minutes(t.t)).max(1.0);
     for (k, (name, target)) in [("TTFT", r.targets.0), ("ITL", r.targets.1)].into_iter().enumerate() {
-        let planner: Vec<(f64, f64)> = r
-            .ticks
-            .iter()
-            .filter_map(|t| {
-                let m = &t.observation.metrics;
-                let q = if k == 0 { m.ttft } else { m.itl };
-                Some((minutes(t.t), q.seconds()? * 1e3))
-            })
-            .collect();
-        let clients: Vec<(f64, f64)> = r
-            .client_windows
-            .iter()
-            .filter_map(|w| {
-                let v = if k == 0 { w.ttft_p95 } else { w.itl_p95 }?;
-                Some((minutes(offset + w.from + 30.0), v * 1e3))
-            })
-            .collect();
-        let y_max =
-            top(&mut planner.iter().chain(&clients).map(|p| p.1), target * 1e3).min(target * 1e3 * 8.0);
-        let caption = format!("{}: P{} {name} (ms)", r.service, r.percentile);
-        let mut chart = ChartBuilder::on(&panels[k])
-            .caption(caption, font)
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-            .map_err(err)?;
-        chart.configure_mesh().x_desc("minutes").y_desc("ms").draw().map_err(err)?;
-        chart
-            .draw_series(LineSeries::new(
-                planner.iter().map(|&(x, y)| (x, y.min(y_max))),
-                BLUE.stroke_width(2),
-            ))
-            .map_err(err)?
-            .label("engines, planner's window")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLUE.stroke_width(2)));
-        chart
-            .draw_series(clients.iter().map(|&(x, y)| Circle::new((x, y.min(y_max)), 4, MAGENTA.filled())))
-            .map_err(err)?
-            .label("clients, per minute")
-            .legend(|(x, y)| Circle::new((x + 9, y), 4, MAGENTA.filled()));
-        chart
-            .draw_series(LineSeries::new(vec![(0.0, target * 1e3), (x_max, target * 1e3)], RED))
-            .map_err(err)?
-            .label("target")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], RED));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        latency_panel(&panels[k], r, k == 0, name, target, x_max)?;
     }
+    replicas_panel(&panels[2], r, x_max)?;
+    batch_panel(&panels[3], r, x_max)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
 
+type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+const FONT: (&str, u32) = ("sans-serif", 16);
+
+fn minutes(t: f64) -> f64 {
+    t / 60.0
+}
+
+/// The top of a panel's y axis: the highest finite value (at least `floor`) with a margin.
+fn top(v: &mut dyn Iterator<Item = f64>, floor: f64) -> f64 {
+    v.filter(|x| x.is_finite()).fold(floor, f64::max) * 1.15
+}
+
+/// P95 TTFT (`ttft`) or ITL: the planner's window and the clients' per minute, against `target`.
+fn latency_panel(
+    panel: &Panel<'_>,
+    r: &Report,
+    ttft: bool,
+    name: &str,
+    target: f64,
+    x_max: f64,
+) -> Result<(), String> {
+    let offset = r.load_started_at.unwrap_or(0.0);
+    let planner: Vec<(f64, f64)> = r
+        .ticks
+        .iter()
+        .filter_map(|t| {
+            let m = &t.observation.metrics;
+            let q = if ttft { m.ttft } else { m.itl };
+            Some((minutes(t.t), q.seconds()? * 1e3))
+        })
+        .collect();
+    let clients: Vec<(f64, f64)> = r
+        .client_windows
+        .iter()
+        .filter_map(|w| {
+            let v = if ttft { w.ttft_p95 } else { w.itl_p95 }?;
+            Some((minutes(offset + w.from + 30.0), v * 1e3))
+        })
+        .collect();
+    let y_max = top(&mut planner.iter().chain(&clients).map(|p| p.1), target * 1e3).min(target * 1e3 * 8.0);
+    let caption = format!("{}: P{} {name} (ms)", r.service, r.percentile);
+    let mut chart = ChartBuilder::on(panel)
+        .caption(caption, FONT)
+        .margin(8)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(err)?;
+    chart.configure_mesh().x_desc("minutes").y_desc("ms").draw().map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(planner.iter().map(|&(x, y)| (x, y.min(y_max))), BLUE.stroke_width(2)))
+        .map_err(err)?
+        .label("engines, planner's window")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLUE.stroke_width(2)));
+    chart
+        .draw_series(clients.iter().map(|&(x, y)| Circle::new((x, y.min(y_max)), 4, MAGENTA.filled())))
+        .map_err(err)?
+        .label("clients, per minute")
+        .legend(|(x, y)| Circle::new((x + 9, y), 4, MAGENTA.filled()));
+    chart
+        .draw_series(LineSeries::new(vec![(0.0, target * 1e3), (x_max, target * 1e3)], RED))
+        .map_err(err)?
+        .label("target")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], RED));
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)
+}
+
+/// Replicas, decided and ready, with the decisions that moved a lever marked.
+fn replicas_panel(panel: &Panel<'_>, r: &Report, x_max: f64) -> Result<(), String> {
     let y_max = top(&mut r.ticks.iter().map(|t| f64::from(t.decision.levers.replicas)), 2.0);
-    let mut chart = ChartBuilder::on(&panels[2])
-        .caption("Replicas", font)
+    let mut chart = ChartBuilder::on(panel)
+        .caption("Replicas", FONT)
         .margin(8)
         .x_label_area_size(30)
         .y_label_area_size(60)
@@ -247,16 +264,14 @@ fn timeline(path: &Path, r: &Report) -> Result<(), String> {
         .map_err(err)?
         .label("decision")
         .legend(|(x, y)| TriangleMarker::new((x + 9, y), 6, RED.filled()));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)
+}
 
+/// The batch size, with the tier written where it changes.
+fn batch_panel(panel: &Panel<'_>, r: &Report, x_max: f64) -> Result<(), String> {
     let y_max = top(&mut r.ticks.iter().map(|t| f64::from(t.decision.levers.max_batch_size)), 4.0);
-    let mut chart = ChartBuilder::on(&panels[3])
-        .caption("Batch size and tier", font)
+    let mut chart = ChartBuilder::on(panel)
+        .caption("Batch size and tier", FONT)
         .margin(8)
         .x_label_area_size(30)
         .y_label_area_size(60)
@@ -277,7 +292,6 @@ fn timeline(path: &Path, r: &Report) -> Result<(), String> {
                 .map_err(err)?;
         }
     }
-    root.present().map_err(err)?;
     Ok(())
 }
 

@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt;
+use pacer_engine_api::metrics as names;
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -130,25 +131,19 @@ impl RouterMetrics {
     fn new() -> RouterMetrics {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("pacer_router_requests_total", "Requests passed to a replica, by replica and status."),
+            Opts::new(names::ROUTER_REQUESTS.name, names::ROUTER_REQUESTS.help),
             &["replica", "status"],
         )
         .expect("valid metric");
         let outstanding = IntGaugeVec::new(
-            Opts::new("pacer_router_outstanding_requests", "Requests in flight, by replica."),
+            Opts::new(names::ROUTER_OUTSTANDING.name, names::ROUTER_OUTSTANDING.help),
             &["replica"],
         )
         .expect("valid metric");
-        let unavailable = IntCounterVec::new(
-            Opts::new(
-                "pacer_router_errors_total",
-                "Requests the router answered or cut itself: no_ready_replica (503), upstream (502), timeout (504, or a stream gone silent), stream_broken.",
-            ),
-            &["reason"],
-        )
-        .expect("valid metric");
-        let ready = IntGauge::new("pacer_router_ready_replicas", "Replicas requests may go to.")
-            .expect("valid metric");
+        let unavailable =
+            IntCounterVec::new(Opts::new(names::ROUTER_ERRORS.name, names::ROUTER_ERRORS.help), &["reason"])
+                .expect("valid metric");
+        let ready = IntGauge::new(names::ROUTER_READY.name, names::ROUTER_READY.help).expect("valid metric");
         for m in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(outstanding.clone()),
@@ -248,19 +243,16 @@ fn end_to_end(headers: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &header
 /// Largest request body the router accepts (the engine's own default limit).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
-async fn pass_through(State(state): State<RouterState>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    // Requests are small JSON documents: holding one lets a request that could not reach a
-    // replica (it just crashed) go to another. Responses are streamed, never held.
-    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(b) => b,
-        Err(e) => {
-            return openai_error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", &e.to_string());
-        }
-    };
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+/// Sends the request to the least busy ready replica, and to another when one refuses the
+/// connection (it never saw the request); the answer's head, or the error response to give.
+async fn send(
+    state: &RouterState,
+    parts: &axum::http::request::Parts,
+    path: &str,
+    body: &axum::body::Bytes,
+) -> Result<(InFlight, IntGauge, reqwest::Response), Response> {
     let mut tried = Vec::new();
-    let (lease, gauge, answer) = loop {
+    loop {
         let Some(lease) = state.pool.pick_except(&tried) else {
             state.metrics.unavailable.with_label_values(&["no_ready_replica"]).inc();
             let mut response = openai_error(
@@ -269,7 +261,7 @@ async fn pass_through(State(state): State<RouterState>, request: Request) -> Res
                 "no engine replica is ready yet; retry shortly",
             );
             response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-            return response;
+            return Err(response);
         };
         let replica = lease.backend().id.to_string();
         let gauge = state.metrics.outstanding.with_label_values(&[&replica]);
@@ -284,14 +276,14 @@ async fn pass_through(State(state): State<RouterState>, request: Request) -> Res
             gauge.dec();
             tracing::warn!(replica = %replica, timeout_s = state.timeouts.answer.as_secs_f64(), "a replica did not answer in time");
             state.metrics.unavailable.with_label_values(&["timeout"]).inc();
-            return openai_error(
+            return Err(openai_error(
                 StatusCode::GATEWAY_TIMEOUT,
                 "upstream_timeout",
                 &format!("replica {replica} did not answer within {} s", state.timeouts.answer.as_secs_f64()),
-            );
+            ));
         };
         match sent {
-            Ok(answer) => break (lease, gauge, answer),
+            Ok(answer) => return Ok((lease, gauge, answer)),
             Err(e) => {
                 gauge.dec();
                 tracing::warn!(replica = %replica, error = %e, "a replica did not answer");
@@ -301,13 +293,30 @@ async fn pass_through(State(state): State<RouterState>, request: Request) -> Res
                     continue;
                 }
                 state.metrics.unavailable.with_label_values(&["upstream"]).inc();
-                return openai_error(
+                return Err(openai_error(
                     StatusCode::BAD_GATEWAY,
                     "upstream_error",
                     &format!("replica {replica}: {e}"),
-                );
+                ));
             }
         }
+    }
+}
+
+async fn pass_through(State(state): State<RouterState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    // Requests are small JSON documents: holding one lets a request that could not reach a
+    // replica (it just crashed) go to another. Responses are streamed, never held.
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            return openai_error(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", &e.to_string());
+        }
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+    let (lease, gauge, answer) = match send(&state, &parts, &path, &body).await {
+        Ok(sent) => sent,
+        Err(refused) => return refused,
     };
     let replica = lease.backend().id.to_string();
     let status = answer.status();
