@@ -2,14 +2,14 @@
 # Builds llama.cpp's own C++ tools (llama-server, llama-bench, llama-batched-bench, llama-quantize)
 # into Pacer's cache and prints the folder that holds them. The source is the llama.cpp that the
 # PyPI sdist of llama-cpp-python vendors (the same version scripts/reference/setup-llama-cpp.sh builds), so the
-# serving and model-core comparisons run one llama.cpp. Used only for benchmarks; CI never needs it.
+# serving and model-core comparisons run one llama.cpp. The sdist comes from PyPI through pip, its
+# SHA-256 checked. Used only for benchmarks; CI never needs it.
 #
 # On CPUs with AMX, llama.cpp's AMX quantized matmul crashes, so AMX code generation is off.
 set -euo pipefail
 cache="${PACER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pacer}"
 version="0.3.36"
 sha256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-url="https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$version.tar.gz"
 out="$cache/ref/llama.cpp-$version"
 tools="llama-server llama-bench llama-batched-bench llama-quantize"
 if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -x "$out/bin/llama-batched-bench" ] &&
@@ -19,11 +19,25 @@ if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -x "$out
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "fetching llama-cpp-python $version's sdist (it vendors llama.cpp)" >&2
-curl -fsSL --retry 3 -o "$work/src.tar.gz" "$url"
-echo "$sha256  $work/src.tar.gz" | sha256sum -c --quiet
-tar -xzf "$work/src.tar.gz" -C "$work"
-src="$work/llama_cpp_python-$version/vendor/llama.cpp"
+echo "fetching llama-cpp-python $version's sdist through pip (it vendors llama.cpp)" >&2
+# The source distribution only, not a wheel and not its dependencies. pip reads the sdist's
+# metadata with its build backend in an isolated environment, which it fetches the same way.
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+  --dest "$work/dist" "llama-cpp-python==$version" >&2
+sdists=("$work"/dist/llama[_-]cpp[_-]python-"$version".tar.gz)
+if [ ! -f "${sdists[0]}" ]; then
+  echo "pip did not leave llama-cpp-python $version's sdist in $work/dist" >&2
+  exit 1
+fi
+echo "$sha256  ${sdists[0]}" | sha256sum -c --quiet
+mkdir -p "$work/src"
+tar -xzf "${sdists[0]}" -C "$work/src"
+srcs=("$work"/src/*/vendor/llama.cpp)
+if [ ! -f "${srcs[0]}/CMakeLists.txt" ]; then
+  echo "no vendored llama.cpp in llama-cpp-python $version's sdist" >&2
+  exit 1
+fi
+src="${srcs[0]}"
 echo "building $tools (about 10 minutes on 2 cores)" >&2
 no_amx="-mno-amx-int8 -mno-amx-tile -mno-amx-bf16"
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
