@@ -18,6 +18,7 @@ mod error;
 mod quantity;
 mod schema;
 mod url;
+mod values;
 
 pub use self::error::{BadValue, ErrorType, FieldError, Invalid};
 pub use self::quantity::{Quantity, QuantityError};
@@ -126,8 +127,8 @@ impl Validator {
         schema::default(&mut doc, &self.root);
 
         errs.extend(check_name(&doc));
-        schema::check(&doc, &self.root, "", &mut errs);
-        schema::check_lists(&doc, &self.root, "", &mut errs);
+        values::check(&doc, &self.root, "", &mut errs);
+        values::check_lists(&doc, &self.root, "", &mut errs);
         if errs.iter().any(|e| e.kind.blocks_rules()) {
             errs.push(FieldError {
                 kind: ErrorType::Invalid,

@@ -25,6 +25,7 @@
 pub mod admission;
 pub mod check;
 pub mod conditions;
+mod model;
 mod planner;
 mod runtime;
 pub mod schema;
@@ -32,6 +33,7 @@ pub mod settings;
 mod spec;
 mod status;
 
+pub use model::*;
 pub use pacer_engine_api::Tier;
 pub use runtime::*;
 pub use spec::*;

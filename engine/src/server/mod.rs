@@ -5,6 +5,7 @@
 mod error;
 mod logprobs;
 mod openai;
+mod prepare;
 mod routes;
 
 pub use error::ApiError;

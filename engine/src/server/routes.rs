@@ -5,7 +5,8 @@
 use super::AppState;
 use super::error::ApiError;
 use super::logprobs::LogprobsWriter;
-use super::openai::{ChatRequest, CompletionRequest, Prepared};
+use super::openai::{ChatRequest, CompletionRequest};
+use super::prepare::Prepared;
 use crate::LoadedModel;
 use crate::generate::FinishReason;
 use crate::sampling::TokenLogprob;
