@@ -94,9 +94,12 @@ impl BatchSettings {
 }
 
 impl BatchSettings {
-    /// The document as the engine reads it (`pacer-engine serve --settings-file`).
+    /// The document as the engine reads it (`pacer-engine serve --settings-file`), its keys in
+    /// alphabetical order: the same settings always give the same bytes, so an unchanged
+    /// ConfigMap is never rewritten.
     pub fn to_document(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| unreachable!("plain numbers serialize: {e}"))
+        serde_json::to_value(self)
+            .map_or_else(|e| unreachable!("plain numbers serialize: {e}"), |v| v.to_string())
     }
 }
 
@@ -133,5 +136,16 @@ mod tests {
         assert!(err.unwrap_err().contains("prefill_hold_ms"));
         let s = BatchSettings::parse_over(base, r#"{"prefill_hold_ms": 300}"#).unwrap();
         assert_eq!(s.prefill_hold_ms, 300);
+    }
+
+    #[test]
+    fn the_document_has_sorted_keys_and_reads_back() {
+        let s = BatchSettings { max_batch_size: 8, batch_wait_ms: 2, ..BatchSettings::default() };
+        let doc = s.to_document();
+        assert!(
+            doc.starts_with(r#"{"batch_wait_ms":2,"max_batch_size":8,"max_num_batched_tokens":"#),
+            "{doc}"
+        );
+        assert_eq!(BatchSettings::parse_over(BatchSettings::default(), &doc), Ok(s));
     }
 }
