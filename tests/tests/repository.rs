@@ -4,7 +4,6 @@
 //!   mode or simulator;
 //! - every metric name in `config/`, `charts/` and `docs/metrics.md` is one of the contract's
 //!   ([`pacer_engine_api::metrics::ALL`]), and `docs/metrics.md` lists every one of them;
-//! - no package-registry host is named anywhere but `Cargo.lock`;
 //! - no source file outside tests grows past the size a reader can hold.
 
 use pacer_engine_api::metrics::{self, Source};
@@ -186,57 +185,6 @@ fn config_charts_and_docs_use_exactly_the_contracts_metric_names() {
     let extra: Vec<_> = doc.difference(&known).collect();
     assert!(missing.is_empty(), "docs/metrics.md does not list {missing:?}");
     assert!(extra.is_empty(), "docs/metrics.md lists names the contract does not: {extra:?}");
-}
-
-/// A package registry's host in text: the registries' own names before a top-level domain
-/// (assembled here, so this file names no host either).
-fn registry_hosts() -> regex::Regex {
-    let names =
-        ["pypi", "pythonhosted", "crates", "npmjs", "maven", "maven\\.apache", "debian", "huggingface"];
-    let go = ["proxy", "sum"].map(|sub| format!("{sub}\\.golang"));
-    let labels: Vec<String> = names.iter().map(|n| n.to_string()).chain(go).collect();
-    regex::Regex::new(&format!(r"(?i)\b(?:[a-z0-9-]+\.)*(?:{})\.(?:org|io|co|com)\b", labels.join("|")))
-        .expect("regex")
-}
-
-#[test]
-fn the_host_pattern_finds_the_registries() {
-    let re = registry_hosts();
-    for host in ["files.python", "static.crates", "proxy.go", "registry.npm", "repo1.maven", "deb.debian"] {
-        let tld = match host {
-            "static.crates" => ".io",
-            _ => ".org",
-        };
-        let completed = match host {
-            "files.python" => format!("{host}hosted{tld}"),
-            "proxy.go" => format!("{host}lang{tld}"),
-            "registry.npm" => format!("{host}js{tld}"),
-            _ => format!("{host}{tld}"),
-        };
-        assert!(re.is_match(&format!("fetch https://{completed}/x")), "{completed}");
-    }
-    assert!(!re.is_match("go get golang.org/x/tools, a module path; cargo install; pip download"));
-}
-
-#[test]
-fn no_package_registry_host_is_named() {
-    let re = registry_hosts();
-    let mut found = Vec::new();
-    let exts = [".rs", ".toml", ".md", ".sh", ".py", ".yaml", ".yml", ".json", ".tpl", ".txt", "Dockerfile"];
-    let mut paths = Vec::new();
-    for dir in [
-        "bench", "charts", "config", "crds", "docs", "engine", "operator", "runtime", "scripts", "tests",
-        ".ci",
-    ] {
-        paths.extend(files(dir, &exts));
-    }
-    paths.extend(["README.md", "Cargo.toml"].map(|f| root().join(f)));
-    for path in paths {
-        for m in re.find_iter(&read(&path)) {
-            found.push(format!("{} in {}", m.as_str(), path.display()));
-        }
-    }
-    assert!(found.is_empty(), "package-registry hosts named: {found:#?}");
 }
 
 /// Non-test source files stay small enough to read in one sitting.
